@@ -1,0 +1,281 @@
+"""``model_executor/models/deepseek_v2.py``: DeepSeek-V2/V3 (Kimi-K2 too) become EAGLE-3 targets.
+
+``DeepseekV2Model.forward`` collects the residual stream at the requested global layer
+ids, and ``DeepseekV2ForCausalLM`` (so every subclass: V3, V3.2, Kimi-K2, ...) gains the
+``SupportsEagle3`` protocol and its two methods, as upstream did in vLLM 0.18.0 and with
+its two gaps closed: id 0 on the first rank (no residual yet) and id ``n`` (the output of
+the last layer) both work.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodCommand, CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.cst_tools import (
+    append_items,
+    has_method,
+    is_self_attribute,
+    mark_header,
+    mark_line,
+    method,
+    names_in,
+    only,
+    replace_nodes,
+    statements,
+    top_level_class,
+)
+from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
+
+PATH = "model_executor/models/deepseek_v2.py"
+# Let AddImportsVisitor resolve and extend the file's relative `from .interfaces import ...`.
+PACKAGE_NAME = "vllm.model_executor.models"
+MODULE_NAME = f"{PACKAGE_NAME}.deepseek_v2"
+INTERFACES = "model_executor/models/interfaces.py"
+RUNNER = "v1/worker/gpu_model_runner.py"
+MODEL = "DeepseekV2Model"
+CAUSAL_LM = "DeepseekV2ForCausalLM"
+PROTOCOL = "SupportsEagle3"
+AUX = "aux_hidden_states"
+INDEX = "aux_layer_idx"
+
+
+class DeepseekV2Eagle3(CodemodCommand):
+    """Add EAGLE-3 aux hidden state collection to ``DeepseekV2Model``/``DeepseekV2ForCausalLM``.
+
+    ``protocol``: add ``SupportsEagle3`` to the bases (releases before 0.10.1 have no
+    protocol; their runner calls the methods by name).  ``aux_layers``: fixed ids for
+    ``get_eagle3_aux_hidden_state_layers`` instead of upstream's ``(2, n // 2, n - 3)``.
+    """
+
+    def __init__(
+        self, context: CodemodContext, protocol: bool = True, aux_layers: Optional[tuple[int, ...]] = None
+    ) -> None:
+        super().__init__(context)
+        self.protocol = protocol
+        self.aux_layers = aux_layers
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        model = top_level_class(tree, MODEL)
+        causal_lm = top_level_class(tree, CAUSAL_LM)
+        init, forward = method(model, "__init__"), method(model, "forward")
+        tree = replace_nodes(
+            tree,
+            {
+                init: self.patch_init(init, tree),
+                forward: self.patch_forward(forward, tree),
+                causal_lm: self.patch_causal_lm(causal_lm, tree),
+            },
+        )
+        if self.protocol:
+            AddImportsVisitor.add_needed_import(self.context, "interfaces", PROTOCOL, relative=1)
+        return tree
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        tree = super().transform_module(tree)  # also runs AddImportsVisitor
+        return tree.visit(_MarkProtocolImport()) if self.protocol else tree
+
+    def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
+        (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
+        return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
+
+    def patch_forward(self, forward: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
+        taken = names_in(forward) & {AUX, INDEX}
+        if taken:
+            raise Unrecognised(f"{MODEL}.forward already uses the name {sorted(taken)[0]!r}")
+        body = list(forward.body.body)
+        loop_at = body.index(_decoder_loop(body))
+        loop: cst.For = body[loop_at]  # type: ignore[assignment]
+        hidden, residual = _layer_call_names(loop)
+        norm_at = _norm_call_index(body, after=loop_at)
+        returned = _final_return(body)
+        state = f"{hidden} if {residual} is None else {hidden} + {residual}"
+
+        (collect,) = statements(f"{AUX} = []\n", tree)
+        (capture,) = statements(f"if {INDEX} in self.aux_hidden_state_layers:\n    {AUX}.append({state})\n", tree)
+        (capture_last,) = statements(
+            f"if self.end_layer in self.aux_hidden_state_layers:\n    {AUX}.append({state})\n", tree
+        )
+        (early_return,) = statements(f"if {AUX}:\n    return {returned}, {AUX}\n", tree)
+
+        new_body = [
+            *body[:loop_at],
+            _move_leading_lines(body[loop_at], mark_line(collect)),
+            self.enumerate_layers(loop.with_changes(leading_lines=()), capture),
+            *body[loop_at + 1 : norm_at],
+            _move_leading_lines(body[norm_at], _mark(capture_last)),
+            body[norm_at].with_changes(leading_lines=()),
+            *body[norm_at + 1 : -1],
+            _move_leading_lines(body[-1], _mark(early_return)),
+            body[-1].with_changes(leading_lines=()),
+        ]
+        return forward.with_changes(body=forward.body.with_changes(body=new_body))
+
+    def enumerate_layers(self, loop: cst.For, capture: cst.BaseStatement) -> cst.For:
+        """``for layer in X:`` -> ``for aux_layer_idx, layer in enumerate(X, start=self.start_layer):``"""
+        no_space = cst.SimpleWhitespace("")
+        start = cst.Arg(
+            cst.parse_expression("self.start_layer"),
+            keyword=cst.Name("start"),
+            equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
+        )
+        numbered = cst.Call(cst.Name("enumerate"), args=[cst.Arg(loop.iter), start])
+        target = cst.Tuple([cst.Element(cst.Name(INDEX)), cst.Element(loop.target)], lpar=[], rpar=[])
+        body = loop.body.with_changes(body=[_mark(capture), *loop.body.body])
+        return loop.with_changes(target=target, iter=numbered, body=mark_header(body))
+
+    def patch_causal_lm(self, causal_lm: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
+        if self.protocol and not any(m.matches(arg.value, m.Name(PROTOCOL)) for arg in causal_lm.bases):
+            bases = append_items(causal_lm.bases, [cst.Arg(cst.Name(PROTOCOL))])
+            causal_lm = causal_lm.with_changes(bases=bases, body=mark_header(causal_lm.body))
+        methods = [
+            _mark(s).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
+            for s in statements(self.methods_source(), tree)
+        ]
+        return causal_lm.with_changes(body=causal_lm.body.with_changes(body=[*causal_lm.body.body, *methods]))
+
+    def methods_source(self) -> str:
+        setter = (
+            "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+            "    self.model.aux_hidden_state_layers = layers\n"
+        )
+        getter = "def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n"
+        if self.aux_layers is None:
+            getter += "    num_layers = len(self.model.layers)\n    return (2, num_layers // 2, num_layers - 3)\n"
+        else:
+            ids = "(" + "".join(f"{i}, " for i in self.aux_layers).rstrip(" ") + ")"
+            getter += (
+                f"    layers = {ids}  # vllm-eagle3-patch apply --aux-layers\n"
+                "    num_layers = len(self.model.layers)\n"
+                "    if any(not 0 <= layer <= num_layers for layer in layers):\n"
+                "        raise ValueError(\n"
+                '            f"vllm-eagle3-patch: EAGLE-3 aux layer ids {layers} must lie in 0..{num_layers} "\n'
+                '            f"(this model has {num_layers} decoder layers); re-run apply with --aux-layers"\n'
+                "        )\n"
+                "    return layers\n"
+            )
+        return setter + getter
+
+
+class _MarkProtocolImport(cst.CSTTransformer):
+    """Mark the ``from .interfaces import ...`` statement that now names the protocol."""
+
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        protocol = m.ImportAlias(name=m.Name(PROTOCOL))
+        import_from = m.ImportFrom(
+            relative=[m.Dot()], module=m.Name("interfaces"), names=[m.ZeroOrMore(), protocol, m.ZeroOrMore()]
+        )
+        if m.matches(updated_node, m.SimpleStatementLine(body=[import_from])):
+            return mark_line(updated_node)
+        return updated_node
+
+
+def _decoder_loop(body: list[cst.BaseStatement]) -> cst.For:
+    loops = [s for s in body if isinstance(s, cst.For) and _iterates_own_layers(s.iter)]
+    what = f"a loop over self.layers from self.start_layer to self.end_layer at the top of {MODEL}.forward"
+    return only(loops, what)  # type: ignore[return-value]
+
+
+def _iterates_own_layers(iterable: cst.BaseExpression) -> bool:
+    """``islice(self.layers, self.start_layer, self.end_layer)`` or ``self.layers[self.start_layer:self.end_layer]``."""
+    if m.matches(iterable, m.Call(func=m.Name("islice") | m.Attribute(attr=m.Name("islice")))):
+        args = [arg.value for arg in iterable.args]  # type: ignore[attr-defined]
+        return len(args) == 3 and all(is_self_attribute(a, n) for a, n in zip(args, ("layers", "start_layer", "end_layer")))
+    if m.matches(iterable, m.Subscript(slice=[m.SubscriptElement(m.Slice(step=None))])):
+        part: cst.Slice = iterable.slice[0].slice  # type: ignore[attr-defined]
+        return (
+            is_self_attribute(iterable.value, "layers")  # type: ignore[attr-defined]
+            and part.lower is not None
+            and part.upper is not None
+            and is_self_attribute(part.lower, "start_layer")
+            and is_self_attribute(part.upper, "end_layer")
+        )
+    return False
+
+
+def _layer_call_names(loop: cst.For) -> tuple[str, str]:
+    """The names the layer call assigns: ``hidden_states, residual = layer(...)``."""
+    if not isinstance(loop.target, cst.Name):
+        raise Unrecognised(f"expected the {MODEL}.forward loop to name one layer (for layer in ...)")
+    layer = loop.target.value
+    call = m.Assign(
+        targets=[m.AssignTarget(m.Tuple([m.Element(m.Name()), m.Element(m.Name())]))],
+        value=m.Call(func=m.Name(layer)),
+    )
+    lines = [s for s in loop.body.body if m.matches(s, m.SimpleStatementLine(body=[call]))]
+    line: cst.SimpleStatementLine = only(lines, f"the decoder layer call `hidden_states, residual = {layer}(...)`")  # type: ignore[assignment]
+    hidden, residual = (e.value.value for e in line.body[0].targets[0].target.elements)  # type: ignore[attr-defined]
+    return hidden, residual
+
+
+def _norm_call_index(body: list[cst.BaseStatement], after: int) -> int:
+    norm_call = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("norm")))
+    for index in range(after + 1, len(body)):
+        if m.findall(body[index], norm_call):
+            return index
+    raise Unrecognised(f"expected a call to self.norm after the decoder loop in {MODEL}.forward")
+
+
+def _final_return(body: list[cst.BaseStatement]) -> str:
+    if m.matches(body[-1], m.SimpleStatementLine(body=[m.Return(value=m.Name())])):
+        return body[-1].body[0].value.value  # type: ignore[attr-defined]
+    raise Unrecognised(f"expected {MODEL}.forward to end with `return <hidden states>`")
+
+
+def _mark(statement: cst.BaseStatement) -> cst.BaseStatement:
+    if isinstance(statement, cst.SimpleStatementLine):
+        return mark_line(statement)
+    return statement.with_changes(body=mark_header(statement.body))  # type: ignore[attr-defined]
+
+
+def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) -> cst.BaseStatement:
+    """Inserted statements take over the blank lines and comments above the one they precede."""
+    return target.with_changes(leading_lines=source.leading_lines)  # type: ignore[attr-defined]
+
+
+def _no_eagle3_in_release(read: ReadFile) -> None:
+    runner = read(RUNNER) or ""
+    if "set_aux_hidden_state_layers" not in runner:
+        raise Unrecognised(f"this vLLM has no EAGLE-3 ({RUNNER} never calls set_aux_hidden_state_layers)")
+
+
+def _native(module: cst.Module) -> Optional[str]:
+    causal_lm = top_level_class(module, CAUSAL_LM)
+    if has_method(causal_lm, "get_eagle3_aux_hidden_state_layers"):
+        return f"{CAUSAL_LM} already implements EAGLE-3 (upstream support)"
+    return None
+
+
+def _has_protocol(read: ReadFile) -> bool:
+    return re.search(rf"^class {PROTOCOL}\b", read(INTERFACES) or "", re.MULTILINE) is not None
+
+
+class DeepseekV2Target:
+    name = "DeepSeek-V2/V3 model"
+
+    def locate(self, package_dir: Path) -> Optional[str]:
+        return PATH if (package_dir / PATH).is_file() else None
+
+    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        return judge(
+            source,
+            lambda: DeepseekV2Eagle3(
+                CodemodContext(full_module_name=MODULE_NAME, full_package_name=PACKAGE_NAME),
+                protocol=_has_protocol(read),
+                aux_layers=options.aux_layers,
+            ),
+            native=_native,
+            preconditions=lambda: _no_eagle3_in_release(read),
+        )
+
+
+TARGET = DeepseekV2Target()

@@ -1,0 +1,120 @@
+"""The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family and Kimi-K2.
+
+Before 0.17.0, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
+("Eagle3 is only supported for ... models").  The gate lives in a different file per
+release, in one of two shapes:
+
+- 0.10.1-0.16.0 (``config/__init__.py``, then ``config/speculative.py``): a list
+  ``eagle3_target_supported = [...]`` matched by substring; the model types are appended.
+- 0.8.5-0.10.0 (``config.py``): ``"llama" not in <model_type>``; the comparison becomes
+  ``not any(supported in <model_type> for supported in ("llama", ...))``.
+
+Everything the gate accepted before is still accepted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodCommand, CodemodContext
+
+from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.cst_tools import append_items, mark_line, only
+from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
+
+CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
+GATE_SIGNS = ("eagle3_target_supported", "Eagle3 is only supported")
+MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+WHITELIST = "eagle3_target_supported"
+
+_whitelist = m.Assign(targets=[m.AssignTarget(m.Name(WHITELIST))], value=m.List())
+_llama_only = m.Comparison(
+    left=m.SimpleString('"llama"') | m.SimpleString("'llama'"),
+    comparisons=[m.ComparisonTarget(operator=m.NotIn())],
+)
+
+
+class SpeculativeGate(CodemodCommand):
+    """Add :data:`MODEL_TYPES` to whichever EAGLE-3 target gate the file has."""
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        whitelists = m.findall(tree, m.SimpleStatementLine(body=[_whitelist]))
+        if whitelists:
+            line = only(whitelists, f"assignment `{WHITELIST} = [...]`")
+            return tree.deep_replace(line, self.extend_whitelist(line))  # type: ignore[arg-type]
+        gates = m.findall(tree, _llama_only)
+        comparison = only(gates, f'the EAGLE-3 gate (`{WHITELIST} = [...]` or `"llama" not in ...model_type`)')
+        return self.open_llama_gate(tree, comparison)  # type: ignore[arg-type]
+
+    def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+        assign: cst.Assign = line.body[0]  # type: ignore[assignment]
+        listed: cst.List = assign.value  # type: ignore[assignment]
+        present = {e.value.evaluated_value for e in listed.elements if isinstance(e.value, cst.SimpleString)}
+        new = [cst.Element(cst.SimpleString(f'"{t}"')) for t in MODEL_TYPES if t not in present]
+        extended = listed.with_changes(elements=append_items(listed.elements, new))
+        return mark_line(line.with_deep_changes(assign, value=extended))
+
+    def open_llama_gate(self, tree: cst.Module, comparison: cst.Comparison) -> cst.Module:
+        model_type = cst.Module([]).code_for_node(comparison.comparisons[0].comparator)
+        accepted = ", ".join(f'"{t}"' for t in ("llama", *MODEL_TYPES))
+        opened = cst.parse_expression(f"not any(supported in {model_type} for supported in ({accepted}))")
+        statement = _enclosing_statement(tree, comparison)
+        patched = statement.deep_replace(comparison, opened)
+        if isinstance(patched, cst.If):
+            patched = patched.with_changes(body=_mark_block(patched.body))
+        return tree.deep_replace(statement, patched)  # type: ignore[arg-type]
+
+
+def _enclosing_statement(tree: cst.Module, node: cst.CSTNode) -> cst.BaseStatement:
+    """The ``if`` statement holding the gate's comparison."""
+    ifs = [s for s in m.findall(tree, m.If()) if node in m.findall(s.test, m.Comparison())]  # type: ignore[attr-defined]
+    if not ifs:
+        raise Unrecognised('expected `"llama" not in ...` in the test of an if statement')
+    return ifs[-1]  # type: ignore[return-value]
+
+
+def _mark_block(block: cst.BaseSuite) -> cst.BaseSuite:
+    from vllm_eagle3_patch.cst_tools import mark_header
+
+    return mark_header(block) if isinstance(block, cst.IndentedBlock) else block
+
+
+def _native(module: cst.Module) -> Optional[str]:
+    code = module.code
+    if not any(sign in code for sign in GATE_SIGNS) and "eagle3" in code:
+        return "no EAGLE-3 target whitelist in this release"
+    return None
+
+
+def _require_eagle3(source: str):
+    def check() -> None:
+        if "eagle3" not in source:
+            raise Unrecognised("this vLLM has no EAGLE-3 speculative config")
+
+    return check
+
+
+class SpeculativeGateTarget:
+    name = "speculative-config gate"
+
+    def locate(self, package_dir: Path) -> Optional[str]:
+        existing = [c for c in CANDIDATES if (package_dir / c).is_file()]
+        for candidate in existing:
+            text = (package_dir / candidate).read_text(encoding="utf-8", errors="replace")
+            if any(sign in text for sign in GATE_SIGNS):
+                return candidate
+        return existing[0] if existing else None
+
+    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        return judge(
+            source,
+            lambda: SpeculativeGate(CodemodContext()),
+            native=_native,
+            preconditions=_require_eagle3(source),
+        )
+
+
+TARGET = SpeculativeGateTarget()

@@ -1,0 +1,62 @@
+"""Real vLLM releases from PyPI, laid out like site-packages, cached between runs.
+
+The tests patch these trees, never vLLM code committed here.  Each release lives in
+``<cache>/vllm-<version>/`` holding ``vllm/`` and ``vllm-<version>.dist-info/``.  Compiled
+extensions (``*.so``) are left in the wheel: nothing here can load them without a GPU and
+they are most of a wheel's size.
+
+Run ``python tests/wheel_corpus.py`` to fill the cache ahead of the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+PATCHABLE_CORE = (
+    "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0",
+    "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1",
+)  # fmt: skip
+PATCHABLE_LEGACY = ("0.8.5", "0.8.5.post1", "0.9.0", "0.9.0.1", "0.9.1", "0.9.2", "0.10.0")
+NATIVE = ("0.18.0", "0.30.0")
+UNSUPPORTED = ("0.8.4",)
+ALL_RELEASES = PATCHABLE_LEGACY + PATCHABLE_CORE + NATIVE + UNSUPPORTED
+
+
+def cache_dir() -> Path:
+    """Where extracted releases live; ``VLLM_EAGLE3_PATCH_CACHE`` overrides the default."""
+    default = Path.home() / ".cache" / "vllm-eagle3-patch" / "wheels"
+    return Path(os.environ.get("VLLM_EAGLE3_PATCH_CACHE", default))
+
+
+def release_tree(version: str) -> Path:
+    """The site-packages-like directory of ``version``, downloading it on first use."""
+    target = cache_dir() / f"vllm-{version}"
+    if (target / ".complete").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--quiet", "-d", tmp, f"vllm=={version}"],
+            check=True,
+        )  # fmt: skip
+        (wheel,) = Path(tmp).glob("*.whl")
+        staging = Path(tmp) / "tree"
+        with zipfile.ZipFile(wheel) as archive:
+            members = [m for m in archive.namelist() if not m.endswith(".so")]
+            archive.extractall(staging, members)
+        (staging / ".complete").touch()
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+if __name__ == "__main__":
+    for release in sys.argv[1:] or ALL_RELEASES:
+        print(release, release_tree(release), flush=True)

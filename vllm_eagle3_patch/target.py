@@ -1,0 +1,67 @@
+"""What a patch module in ``patches/`` is, and what it says about a file.
+
+Each module in ``patches/`` exposes ``TARGET``: an object with ``locate`` and ``examine``.
+The engine never knows what a patch changes; it only reads, asks, and writes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+MARKER = "vllm-eagle3-patch"
+"""The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
+
+
+class State(str, enum.Enum):
+    """The state of one target file, and of the whole installation."""
+
+    UNPATCHED = "unpatched"
+    PATCHED = "patched"
+    NATIVE = "native"
+    UNSUPPORTED = "unsupported"
+    MODIFIED = "modified"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose for this run; every codemod gets the same options."""
+
+    aux_layers: Optional[tuple[int, ...]] = None
+    """Layer ids ``get_eagle3_aux_hidden_state_layers`` returns; None: the upstream default."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A codemod's answer for one source text.
+
+    ``patched`` is the new text when the state is UNPATCHED (and when it is PATCHED with
+    this tool's marks, it is None: the codemod cannot rebuild the original).
+    """
+
+    state: State
+    reason: str
+    patched: Optional[str] = None
+
+
+ReadFile = Callable[[str], Optional[str]]
+"""Reads a file of the same vLLM tree by its path relative to ``vllm/`` (None: absent)."""
+
+
+class Target(Protocol):
+    """One place in vLLM that this tool may change."""
+
+    name: str
+    """Short human name, e.g. "DeepSeek-V2/V3 model"."""
+
+    def locate(self, package_dir: Path) -> Optional[str]:
+        """The file's path relative to ``vllm/`` in this release, or None if it has no such file."""
+
+    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        """Classify ``source`` and, when it is patchable, return the patched text."""
+
+
+class Unrecognised(Exception):
+    """Raised inside a codemod when the source lacks the structure it expects."""

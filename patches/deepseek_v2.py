@@ -261,6 +261,9 @@ def _has_protocol(read: ReadFile) -> bool:
 
 class DeepseekV2Target:
     name = "DeepSeek-V2/V3 model"
+    required = True
+    """A vLLM without this file cannot serve DeepSeek at all: unsupported, not "nothing to do"."""
+    default_path = PATH
 
     def locate(self, package_dir: Path) -> Optional[str]:
         return PATH if (package_dir / PATH).is_file() else None

@@ -99,6 +99,8 @@ def _require_eagle3(source: str):
 
 class SpeculativeGateTarget:
     name = "speculative-config gate"
+    required = False
+    default_path = CANDIDATES[0]
 
     def locate(self, package_dir: Path) -> Optional[str]:
         existing = [c for c in CANDIDATES if (package_dir / c).is_file()]

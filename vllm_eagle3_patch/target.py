@@ -55,6 +55,10 @@ class Target(Protocol):
 
     name: str
     """Short human name, e.g. "DeepSeek-V2/V3 model"."""
+    required: bool
+    """Whether a release without this file is unsupported (else the target just does not apply)."""
+    default_path: str
+    """Where the file usually is, to name it when it is missing."""
 
     def locate(self, package_dir: Path) -> Optional[str]:
         """The file's path relative to ``vllm/`` in this release, or None if it has no such file."""

@@ -1,0 +1,144 @@
+"""Command line: ``vllm-eagle3-patch [--vllm-dir DIR | --python PATH] {status,diff,apply,revert}``.
+
+Exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr naming the
+file and the reason); 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from . import __version__, changes, render
+from .errors import ToolError
+from .locate import VllmInstall, from_interpreter, from_package_dir
+from .plan import Plan, make_plan
+from .target import Options, State
+
+PROG = "vllm-eagle3-patch"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except ToolError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"{PROG}: error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Give DeepSeek-V2/V3, Kimi-K2 and Kimi-K2.5 EAGLE-3 support in an installed vLLM "
+        "(0.8.5-0.17.1), with dry-run diffs, backups and a byte-exact revert.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--vllm-dir", type=Path, metavar="DIR", help="the vllm package directory to patch")
+    where.add_argument(
+        "--python", metavar="PATH", help="patch the vLLM of this interpreter or virtual environment's python"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    status = commands.add_parser("status", help="show the vLLM found and the state of every target file")
+    status.add_argument("--check", action="store_true", help="exit 1 unless the state is patched or native")
+    status.set_defaults(run=run_status)
+
+    diff = commands.add_parser("diff", help="print the unified diff apply would write (a dry run)")
+    diff.set_defaults(run=run_diff)
+
+    apply = commands.add_parser("apply", help="patch vLLM (all target files or none), keeping backups")
+    apply.add_argument("--dry-run", action="store_true", help="show what would be written; write nothing")
+    apply.add_argument(
+        "--aux-layers",
+        type=parse_layer_ids,
+        metavar="IDS",
+        help="comma-separated layer ids get_eagle3_aux_hidden_state_layers() returns, e.g. 1,29,57 "
+        "(default: the ids of the last apply, else (2, n // 2, n - 3))",
+    )
+    apply.set_defaults(run=run_apply)
+
+    revert = commands.add_parser("revert", help="restore the original bytes of every patched file")
+    revert.add_argument("--force", action="store_true", help="restore originals even over files changed since apply")
+    revert.set_defaults(run=run_revert)
+
+    for command in (status, diff, apply, revert):
+        command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    return parser
+
+
+def parse_layer_ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 1,29,57") from None
+    if any(i < 0 for i in ids):
+        raise argparse.ArgumentTypeError(f"{text!r}: layer ids must not be negative")
+    if len(set(ids)) != len(ids):
+        raise argparse.ArgumentTypeError(f"{text!r}: a layer id is repeated")
+    return ids
+
+
+def find_install(args: argparse.Namespace) -> VllmInstall:
+    if args.vllm_dir is not None:
+        return from_package_dir(args.vllm_dir)
+    return from_interpreter(args.python)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args))
+    if args.json:
+        emit_json(render.status_data(plan))
+    else:
+        render.print_status(plan)
+    if args.check:
+        return 0 if plan.state in (State.PATCHED, State.NATIVE) else 1
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args))
+    diff = render.unified_diff(plan)
+    if args.json:
+        emit_json({**render.status_data(plan), "diff": diff})
+    elif diff:
+        render.print_diff(diff)
+    return 0
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args), Options(aux_layers=args.aux_layers))
+    if args.dry_run:
+        if args.json:
+            emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
+        else:
+            render.print_plan(plan)
+        return 0
+    return report(args, changes.apply(plan), plan)
+
+
+def run_revert(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args))
+    return report(args, changes.revert(plan, force=args.force), plan)
+
+
+def report(args: argparse.Namespace, outcome: changes.Outcome, plan: Plan) -> int:
+    if args.json:
+        emit_json({"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(plan.install.package_dir)})
+    else:
+        print(outcome.message)
+    return 0
+
+
+def emit_json(data: dict[str, Any]) -> None:
+    print(json.dumps(data, indent=2))

@@ -1,0 +1,166 @@
+"""The plan: for every target file, what it is now, what it was, and what ``apply`` would write.
+
+``status``, ``diff`` and ``apply`` all read the same plan; only what they do with it differs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+from . import __version__
+from .errors import ToolError
+from .locate import VllmInstall
+from .manifest import FileRecord, Manifest, StateDir, sha256
+from .target import Options, ReadFile, State, Target, Verdict
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """One target file.  ``desired`` is the full text ``apply`` would leave (None: leave it)."""
+
+    path: str
+    """Relative to the ``vllm`` package directory."""
+    target: str
+    state: State
+    reason: str
+    current: bytes
+    original: Optional[bytes] = None
+    desired: Optional[bytes] = None
+
+    @property
+    def changes(self) -> bool:
+        return self.desired is not None and self.desired != self.current
+
+
+@dataclass(frozen=True)
+class Plan:
+    install: VllmInstall
+    files: tuple[FilePlan, ...]
+    manifest: Optional[Manifest]
+    options: Options
+
+    @property
+    def state(self) -> State:
+        return overall_state(self.files)[0]
+
+    @property
+    def reason(self) -> str:
+        return overall_state(self.files)[1]
+
+    @property
+    def changes(self) -> tuple[FilePlan, ...]:
+        return tuple(f for f in self.files if f.changes)
+
+
+def load_targets() -> tuple[Target, ...]:
+    """Every ``TARGET`` in the ``patches`` package, in module-name order."""
+    from . import patches
+
+    return tuple(
+        importlib.import_module(f"{patches.__name__}.{info.name}").TARGET
+        for info in sorted(pkgutil.iter_modules(patches.__path__), key=lambda i: i.name)
+    )
+
+
+def make_plan(install: VllmInstall, options: Optional[Options] = None) -> Plan:
+    """Look at every target file of ``install``.
+
+    ``options`` None means "as recorded": a later ``apply`` keeps the choices (layer ids)
+    of the earlier one unless the user gives new ones.
+    """
+    state_dir = StateDir(install.package_dir)
+    manifest = state_dir.load()
+    recorded = Options(aux_layers=manifest.aux_layers if manifest else None)
+    if options is None or options.aux_layers is None:
+        options = recorded
+    read = _reader(install.package_dir)
+    files = []
+    for target in load_targets():
+        path = target.locate(install.package_dir)
+        if path is None:
+            if target.required:
+                files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
+            continue
+        record = manifest.files.get(path) if manifest else None
+        files.append(_plan_file(target, path, read, state_dir, record, options, recorded))
+    if not files:
+        raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
+    return Plan(install, tuple(files), manifest, options)
+
+
+def _plan_file(
+    target: Target,
+    path: str,
+    read: ReadFile,
+    state_dir: StateDir,
+    record: Optional[FileRecord],
+    options: Options,
+    recorded: Options,
+) -> FilePlan:
+    current = (state_dir.package_dir / path).read_bytes()
+    digest = sha256(current)
+    if record is not None and digest == record.sha256_after:
+        original = state_dir.read_backup(path, record)
+        # Re-run the codemod only when the options changed: status stays a hash check.
+        desired = current if options == recorded else _encode(_examine(target, original, read, options).patched)
+        return FilePlan(path, target.name, State.PATCHED, "applied by vllm-eagle3-patch", current, original, desired)
+    verdict = _examine(target, current, read, options)
+    if verdict.state is State.PATCHED:
+        if record is not None:
+            return FilePlan(path, target.name, State.MODIFIED, "changed since vllm-eagle3-patch applied it", current)
+        return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
+    reason = verdict.reason
+    if record is not None and digest != record.sha256_before:
+        reason += " (manifest is stale: the file was replaced since apply, e.g. by a reinstall)"
+    return FilePlan(path, target.name, verdict.state, reason, current, current, _encode(verdict.patched))
+
+
+def _examine(target: Target, data: bytes, read: ReadFile, options: Options) -> Verdict:
+    try:
+        source = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return Verdict(State.UNSUPPORTED, "not UTF-8 text")
+    return target.examine(source, read, options)
+
+
+def _encode(text: Optional[str]) -> Optional[bytes]:
+    return text.encode("utf-8") if text is not None else None
+
+
+def _reader(package_dir: Path) -> ReadFile:
+    @lru_cache(maxsize=None)
+    def read(relative: str) -> Optional[str]:
+        try:
+            return (package_dir / relative).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    return read
+
+
+_PRECEDENCE = (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED, State.NATIVE)
+
+
+def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
+    """The installation is as far along as its least-finished file.
+
+    Native files count as done: a release that needs only part of the patch is
+    ``patched`` once that part is applied, and ``native`` when it needs none of it.
+    """
+    for state in _PRECEDENCE:
+        matching = [f for f in files if f.state is state]
+        if not matching:
+            continue
+        if state in (State.UNSUPPORTED, State.MODIFIED):
+            return state, f"{matching[0].path}: {matching[0].reason}"
+        if state is State.UNPATCHED:
+            return state, "EAGLE-3 for DeepSeek-V2/V3 can be applied"
+        if state is State.PATCHED:
+            return state, f"EAGLE-3 for DeepSeek-V2/V3 applied by vllm-eagle3-patch {__version__}"
+        return state, "this vLLM supports EAGLE-3 for DeepSeek-V2/V3 itself"
+    raise ToolError("no target files")

@@ -1,0 +1,96 @@
+"""Turn plans and outcomes into text: unified diffs, status tables, JSON.
+
+Colour only on a terminal and never with ``NO_COLOR``; piped output is plain text.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from typing import Any, TextIO
+
+from .plan import Plan
+from .target import State
+
+_STATE_STYLE = {
+    State.PATCHED: "green",
+    State.NATIVE: "green",
+    State.UNPATCHED: "yellow",
+    State.MODIFIED: "red",
+    State.UNSUPPORTED: "red",
+}
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def unified_diff(plan: Plan) -> str:
+    """The diff ``apply`` would write, with paths ``a/vllm/...`` for ``patch -p1`` run beside ``vllm/``."""
+    package = plan.install.package_dir.name
+    chunks = []
+    for change in plan.changes:
+        assert change.desired is not None
+        before = change.current.decode("utf-8").splitlines(keepends=True)
+        after = change.desired.decode("utf-8").splitlines(keepends=True)
+        path = f"{package}/{change.path}"
+        lines = difflib.unified_diff(before, after, f"a/{path}", f"b/{path}")
+        chunks.append(f"diff --git a/{path} b/{path}\n")
+        chunks.extend(line if line.endswith("\n") else line + "\n" + NO_NEWLINE for line in lines)
+    return "".join(chunks)
+
+
+def status_data(plan: Plan) -> dict[str, Any]:
+    """The ``status --json`` object (schema in the README)."""
+    return {
+        "vllm_dir": str(plan.install.package_dir),
+        "vllm_version": plan.install.version,
+        "state": plan.state.value,
+        "reason": plan.reason,
+        "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
+        "targets": [{"file": f.path, "state": f.state.value, "reason": f.reason} for f in plan.files],
+    }
+
+
+def use_colour(stream: TextIO) -> bool:
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
+    data = status_data(plan)
+    aux = data["aux_layers"]
+    aux_text = ", ".join(map(str, aux)) if aux is not None else "(2, n // 2, n - 3), or the drafter's ids"
+    if not use_colour(stream):
+        stream.write(f"vLLM {data['vllm_version']} at {data['vllm_dir']}\n")
+        stream.write(f"state: {data['state']} ({data['reason']})\n")
+        stream.write(f"aux layer ids: {aux_text}\n")
+        for target in data["targets"]:
+            stream.write(f"  {target['state']:<12} {target['file']}  {target['reason']}\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream)
+    style = _STATE_STYLE[plan.state]
+    console.print(f"vLLM [bold]{data['vllm_version']}[/] at {data['vllm_dir']}")
+    console.print(f"state: [{style}]{data['state']}[/] ({data['reason']})")
+    console.print(f"aux layer ids: {aux_text}")
+    table = Table("file", "state", "reason")
+    for file in plan.files:
+        table.add_row(file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", file.reason)
+    console.print(table)
+
+
+def print_diff(diff: str, stream: TextIO = sys.stdout) -> None:
+    if not use_colour(stream):
+        stream.write(diff)
+        return
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    Console(file=stream).print(Syntax(diff, "diff", theme="ansi_dark", word_wrap=False))
+
+
+def print_plan(plan: Plan, stream: TextIO = sys.stdout) -> None:
+    """What ``apply --dry-run`` would do, file by file."""
+    for file in plan.files:
+        action = "would patch" if file.changes else f"leave ({file.state.value})"
+        stream.write(f"{action:<20} {file.path}\n")

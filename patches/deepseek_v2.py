@@ -150,7 +150,7 @@ class DeepseekV2Eagle3(CodemodCommand):
         if self.aux_layers is None:
             getter += "    num_layers = len(self.model.layers)\n    return (2, num_layers // 2, num_layers - 3)\n"
         else:
-            ids = "(" + "".join(f"{i}, " for i in self.aux_layers).rstrip(" ") + ")"
+            ids = repr(tuple(self.aux_layers))
             getter += (
                 f"    layers = {ids}  # vllm-eagle3-patch apply --aux-layers\n"
                 "    num_layers = len(self.model.layers)\n"

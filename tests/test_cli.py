@@ -1,0 +1,266 @@
+"""The commands' contracts on real releases: diffs that reproduce apply, exit codes, refusals."""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from conftest import record_mismatches, run_cli, tree_digest
+
+DEEPSEEK = "model_executor/models/deepseek_v2.py"
+GATE = "config/speculative.py"
+
+
+def cli(package_dir, *args, **kwargs):
+    return run_cli("--vllm-dir", str(package_dir), *args, **kwargs)
+
+
+def test_diff_reproduces_apply_with_patch_and_git_apply(release, tmp_path):
+    by_apply = release("0.11.0")
+    by_patch = release("0.11.0")
+    by_git = release("0.11.0")
+    diff = cli(by_apply, "diff")
+    assert diff.returncode == 0
+    assert f"--- a/vllm/{DEEPSEEK}\n+++ b/vllm/{DEEPSEEK}\n" in diff.stdout
+    assert f"--- a/vllm/{GATE}\n" in diff.stdout
+    assert cli(by_apply, "apply").returncode == 0
+
+    patch_file = tmp_path / "eagle3.patch"
+    patch_file.write_text(diff.stdout)
+    subprocess.run(["patch", "-p1", "-i", str(patch_file)], cwd=by_patch.parent, check=True, capture_output=True)
+    subprocess.run(["git", "apply", "-p1", str(patch_file)], cwd=by_git.parent, check=True, capture_output=True)
+    for path in (DEEPSEEK, GATE):
+        expected = (by_apply / path).read_bytes()
+        assert (by_patch / path).read_bytes() == expected
+        assert (by_git / path).read_bytes() == expected
+
+
+def test_diff_by_patch_is_patched_but_not_revertible(release, tmp_path):
+    package_dir = release("0.17.1")
+    (tmp_path / "p").write_text(cli(package_dir, "diff").stdout)
+    subprocess.run(["patch", "-p1", "-i", str(tmp_path / "p")], cwd=package_dir.parent, check=True, capture_output=True)
+    report = json.loads(cli(package_dir, "status", "--json").stdout)
+    assert report["state"] == "patched"
+    assert "no manifest" in report["targets"][0]["reason"]
+    assert cli(package_dir, "revert").stdout.startswith("nothing to revert")
+
+
+def test_piped_output_has_no_escape_codes(release):
+    package_dir = release("0.17.1")
+    for args in (["status"], ["diff"], ["apply", "--dry-run"]):
+        completed = cli(package_dir, *args)
+        assert completed.returncode == 0
+        assert "\x1b[" not in completed.stdout
+
+
+def test_status_json_schema(release):
+    report = json.loads(cli(release("0.11.0"), "status", "--json").stdout)
+    assert set(report) >= {"vllm_dir", "vllm_version", "state", "reason", "targets"}
+    assert [t["file"] for t in report["targets"]] == [DEEPSEEK, GATE]
+    assert all(set(t) == {"file", "state", "reason"} for t in report["targets"])
+
+
+def test_dry_run_writes_nothing(release):
+    package_dir = release("0.11.0")
+    untouched = tree_digest(package_dir.parent)
+    completed = cli(package_dir, "apply", "--dry-run")
+    assert completed.returncode == 0
+    assert f"would patch          {DEEPSEEK}" in completed.stdout
+    assert tree_digest(package_dir.parent) == untouched
+
+
+def test_revert_refuses_a_file_edited_after_apply_and_force_restores(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply").returncode == 0
+    with open(package_dir / DEEPSEEK, "a") as edited:
+        edited.write("# a hand edit\n")
+    assert json.loads(cli(package_dir, "status", "--json").stdout)["state"] == "modified"
+    edited_tree = tree_digest(package_dir.parent)
+
+    refused = cli(package_dir, "revert")
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1 and DEEPSEEK in refused.stderr
+    assert tree_digest(package_dir.parent) == edited_tree
+    assert cli(package_dir, "apply").returncode == 1
+
+    assert cli(package_dir, "revert", "--force").returncode == 0
+    assert record_mismatches(package_dir) == []
+
+
+def test_nothing_to_revert(release):
+    completed = cli(release("0.17.1"), "revert")
+    assert completed.returncode == 0 and "nothing to revert" in completed.stdout
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m: "{ not json",
+        lambda m: json.dumps({**json.loads(m), "files": {"../../outside.py": json.loads(m)["files"][DEEPSEEK]}}),
+        lambda m: json.dumps({**json.loads(m), "files": {"/etc/passwd": json.loads(m)["files"][DEEPSEEK]}}),
+        lambda m: m[: len(m) // 2],
+    ],
+)
+def test_damaged_manifest_is_refused_and_nothing_changes(release, damage):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply").returncode == 0
+    manifest = package_dir / ".vllm-eagle3-patch" / "manifest.json"
+    manifest.write_text(damage(manifest.read_text()))
+    before = tree_digest(package_dir.parent)
+    for command in ("revert", "apply", "status"):
+        completed = cli(package_dir, command)
+        assert completed.returncode == 1, command
+        assert completed.stderr.count("\n") == 1 and "manifest" in completed.stderr
+    assert tree_digest(package_dir.parent) == before
+
+
+def test_a_source_the_codemod_cannot_follow_is_refused_and_no_file_is_written(release):
+    package_dir = release("0.11.0")
+    source = (package_dir / DEEPSEEK).read_text()
+    loop = "for layer in islice(self.layers, self.start_layer, self.end_layer):"
+    assert loop in source
+    (package_dir / DEEPSEEK).write_text(source.replace(loop, "for layer in self.layers:"))
+    untouched = tree_digest(package_dir.parent)
+    report = json.loads(cli(package_dir, "status", "--json").stdout)
+    assert report["state"] == "unsupported" and "a loop over self.layers" in report["reason"]
+    completed = cli(package_dir, "apply")
+    assert completed.returncode == 1
+    assert completed.stderr.count("\n") == 1 and DEEPSEEK in completed.stderr
+    assert tree_digest(package_dir.parent) == untouched  # the gate, patchable on its own, was not written
+
+
+def test_a_renamed_class_is_refused(release):
+    package_dir = release("0.17.1")
+    path = package_dir / DEEPSEEK
+    path.write_text(path.read_text().replace("class DeepseekV2ForCausalLM(", "class DeepseekV2LM("))
+    completed = cli(package_dir, "apply")
+    assert completed.returncode == 1 and "class DeepseekV2ForCausalLM" in completed.stderr
+
+
+def test_a_failing_write_changes_nothing(release):
+    """A real write error (file-size limit) part-way through apply: exit 1, one line, no trace left."""
+    package_dir = release("0.11.0")
+    untouched = tree_digest(package_dir.parent)
+    limit = (package_dir / DEEPSEEK).stat().st_size + 100  # backups fit, the grown patched file does not
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), "apply"],
+        capture_output=True,
+        text=True,
+        preexec_fn=small_files,
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.count("\n") == 1 and "rolled back" in completed.stderr
+    assert tree_digest(package_dir.parent) == untouched
+
+
+def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
+    from vllm_eagle3_patch import changes
+    from vllm_eagle3_patch.errors import ToolError
+    from vllm_eagle3_patch.locate import from_package_dir
+    from vllm_eagle3_patch.plan import make_plan
+
+    package_dir = release("0.11.0")
+    untouched = tree_digest(package_dir.parent)
+    real_write = changes.write_atomically
+
+    def fail_on_gate(path, data):
+        if path.name == "speculative.py" and b"vllm-eagle3-patch" in data:
+            raise OSError(28, "No space left on device")
+        real_write(path, data)
+
+    monkeypatch.setattr(changes, "write_atomically", fail_on_gate)
+    with pytest.raises(ToolError, match="speculative.py: cannot write .No space left on device.; every file"):
+        changes.apply(make_plan(from_package_dir(package_dir)))
+    assert tree_digest(package_dir.parent) == untouched
+
+
+def test_aux_layers_are_written_shown_updated_and_reverted(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply", "--aux-layers", "1,29,57").returncode == 0
+    assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [1, 29, 57]
+    assert "layers = (1, 29, 57)" in (package_dir / DEEPSEEK).read_text()
+
+    diff = cli(package_dir, "apply", "--dry-run", "--aux-layers", "2,30")
+    assert f"would patch          {DEEPSEEK}" in diff.stdout
+    assert cli(package_dir, "apply").stdout.startswith("vLLM 0.17.1 is already patched")  # keeps 1,29,57
+    assert cli(package_dir, "apply", "--aux-layers", "2,30").returncode == 0
+    assert "layers = (2, 30)" in (package_dir / DEEPSEEK).read_text()
+    assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [2, 30]
+
+    assert cli(package_dir, "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
+
+
+@pytest.mark.parametrize("ids", ["1,x", "-1,2", "3,3", ""])
+def test_bad_aux_layers_are_a_usage_error(release, ids):
+    package_dir = release("0.17.1")
+    completed = cli(package_dir, "apply", "--aux-layers", ids)
+    assert completed.returncode == 2
+    assert not (package_dir / ".vllm-eagle3-patch").exists()
+
+
+def test_usage_errors_exit_2():
+    assert run_cli().returncode == 2
+    assert run_cli("frobnicate").returncode == 2
+    assert run_cli("--vllm-dir", "a", "--python", "b", "status").returncode == 2
+
+
+def test_help_everywhere():
+    for command in ([], ["status"], ["diff"], ["apply"], ["revert"]):
+        completed = run_cli(*command, "--help")
+        assert completed.returncode == 0 and "usage:" in completed.stdout
+
+
+def test_not_a_vllm_directory(tmp_path):
+    completed = run_cli("--vllm-dir", str(tmp_path), "status")
+    assert completed.returncode == 1
+    assert completed.stderr == f"vllm-eagle3-patch: error: {tmp_path}: not a vllm package directory (expected {tmp_path / '__init__.py'})\n"
+
+
+@pytest.fixture(scope="session")
+def venv_with_vllm(tmp_path_factory):
+    """A real virtual environment holding ``pip install --no-deps vllm==0.17.1``."""
+    home = tmp_path_factory.mktemp("venv-with-vllm")
+    venv.create(home, with_pip=True)
+    subprocess.run(
+        [home / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "vllm==0.17.1"],
+        check=True,
+    )
+    return home
+
+
+def test_python_option_finds_the_vllm_of_another_environment(venv_with_vllm):
+    python = venv_with_vllm / "bin" / "python"
+    report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
+    assert report["vllm_version"] == "0.17.1"
+    assert report["vllm_dir"].startswith(str(venv_with_vllm))
+    assert report["state"] == "unpatched"
+    assert run_cli("--python", str(python), "apply").returncode == 0
+    assert json.loads(run_cli("--python", str(python), "status", "--json").stdout)["state"] == "patched"
+    assert run_cli("--python", str(python), "revert").returncode == 0
+    assert record_mismatches(Path(report["vllm_dir"])) == []
+
+
+def test_python_option_without_vllm(tmp_path):
+    home = tmp_path / "empty"
+    venv.create(home, with_pip=False)
+    completed = run_cli("--python", str(home / "bin" / "python"), "status")
+    assert completed.returncode == 1
+    assert "no vllm package found on the sys.path of" in completed.stderr
+    assert completed.stderr.count("\n") == 1
+
+
+def test_python_option_with_a_missing_interpreter(tmp_path):
+    completed = run_cli("--python", str(tmp_path / "nope"), "status")
+    assert completed.returncode == 1 and "cannot run this interpreter" in completed.stderr

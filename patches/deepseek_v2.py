@@ -17,12 +17,15 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
+from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import (
-    append_items,
+    add_base,
+    add_methods,
     has_method,
     is_self_attribute,
+    mark,
     mark_header,
     mark_line,
     method,
@@ -110,10 +113,10 @@ class DeepseekV2Eagle3(CodemodCommand):
             _move_leading_lines(body[loop_at], mark_line(collect)),
             self.enumerate_layers(loop.with_changes(leading_lines=()), capture),
             *body[loop_at + 1 : norm_at],
-            _move_leading_lines(body[norm_at], _mark(capture_last)),
+            _move_leading_lines(body[norm_at], mark(capture_last)),
             body[norm_at].with_changes(leading_lines=()),
             *body[norm_at + 1 : -1],
-            _move_leading_lines(body[-1], _mark(early_return)),
+            _move_leading_lines(body[-1], mark(early_return)),
             body[-1].with_changes(leading_lines=()),
         ]
         return forward.with_changes(body=forward.body.with_changes(body=new_body))
@@ -128,40 +131,13 @@ class DeepseekV2Eagle3(CodemodCommand):
         )
         numbered = cst.Call(cst.Name("enumerate"), args=[cst.Arg(loop.iter), start])
         target = cst.Tuple([cst.Element(cst.Name(INDEX)), cst.Element(loop.target)], lpar=[], rpar=[])
-        body = loop.body.with_changes(body=[_mark(capture), *loop.body.body])
+        body = loop.body.with_changes(body=[mark(capture), *loop.body.body])
         return loop.with_changes(target=target, iter=numbered, body=mark_header(body))
 
     def patch_causal_lm(self, causal_lm: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
-        if self.protocol and not any(m.matches(arg.value, m.Name(PROTOCOL)) for arg in causal_lm.bases):
-            bases = append_items(causal_lm.bases, [cst.Arg(cst.Name(PROTOCOL))])
-            causal_lm = causal_lm.with_changes(bases=bases, body=mark_header(causal_lm.body))
-        methods = [
-            _mark(s).with_changes(leading_lines=[cst.EmptyLine(indent=False)])
-            for s in statements(self.methods_source(), tree)
-        ]
-        return causal_lm.with_changes(body=causal_lm.body.with_changes(body=[*causal_lm.body.body, *methods]))
-
-    def methods_source(self) -> str:
-        setter = (
-            "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
-            "    self.model.aux_hidden_state_layers = layers\n"
-        )
-        getter = "def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n"
-        if self.aux_layers is None:
-            getter += "    num_layers = len(self.model.layers)\n    return (2, num_layers // 2, num_layers - 3)\n"
-        else:
-            ids = repr(tuple(self.aux_layers))
-            getter += (
-                f"    layers = {ids}  # vllm-eagle3-patch apply --aux-layers\n"
-                "    num_layers = len(self.model.layers)\n"
-                "    if any(not 0 <= layer <= num_layers for layer in layers):\n"
-                "        raise ValueError(\n"
-                '            f"vllm-eagle3-patch: EAGLE-3 aux layer ids {layers} must lie in 0..{num_layers} "\n'
-                '            f"(this model has {num_layers} decoder layers); re-run apply with --aux-layers"\n'
-                "        )\n"
-                "    return layers\n"
-            )
-        return setter + getter
+        if self.protocol:
+            causal_lm = add_base(causal_lm, PROTOCOL)
+        return add_methods(causal_lm, eagle3_methods("self.model", self.aux_layers), tree)
 
 
 class _MarkProtocolImport(cst.CSTTransformer):
@@ -229,12 +205,6 @@ def _final_return(body: list[cst.BaseStatement]) -> str:
     if m.matches(body[-1], m.SimpleStatementLine(body=[m.Return(value=m.Name())])):
         return body[-1].body[0].value.value  # type: ignore[attr-defined]
     raise Unrecognised(f"expected {MODEL}.forward to end with `return <hidden states>`")
-
-
-def _mark(statement: cst.BaseStatement) -> cst.BaseStatement:
-    if isinstance(statement, cst.SimpleStatementLine):
-        return mark_line(statement)
-    return statement.with_changes(body=mark_header(statement.body))  # type: ignore[attr-defined]
 
 
 def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) -> cst.BaseStatement:

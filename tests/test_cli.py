@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 import subprocess
 import sys
 import venv

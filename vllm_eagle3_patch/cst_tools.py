@@ -71,6 +71,26 @@ def mark_line(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     return line.with_changes(trailing_whitespace=_marked(line.trailing_whitespace))
 
 
+def mark(statement: cst.BaseStatement) -> cst.BaseStatement:
+    """Mark a simple statement's line or a compound statement's header."""
+    if isinstance(statement, cst.SimpleStatementLine):
+        return mark_line(statement)
+    return statement.with_changes(body=mark_header(statement.body))  # type: ignore[attr-defined]
+
+
+def add_base(cls: cst.ClassDef, base: str) -> cst.ClassDef:
+    """Append ``base`` to the class's bases (unless it is there) and mark the class line."""
+    if any(m.matches(arg.value, m.Name(base)) for arg in cls.bases):
+        return cls
+    return cls.with_changes(bases=append_items(cls.bases, [cst.Arg(cst.Name(base))]), body=mark_header(cls.body))
+
+
+def add_methods(cls: cst.ClassDef, code: str, module: cst.Module) -> cst.ClassDef:
+    """Append the methods in ``code`` to the class body, each after a blank line and marked."""
+    methods = [mark(s).with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for s in statements(code, module)]
+    return cls.with_changes(body=cls.body.with_changes(body=[*cls.body.body, *methods]))
+
+
 def _marked(trailing: cst.TrailingWhitespace) -> cst.TrailingWhitespace:
     if trailing.comment is not None:
         return trailing.with_changes(comment=cst.Comment(f"{trailing.comment.value}  {MARK}"))

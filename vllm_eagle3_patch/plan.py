@@ -58,13 +58,11 @@ class Plan:
 
 
 def load_targets() -> tuple[Target, ...]:
-    """Every ``TARGET`` in the ``patches`` package, in module-name order."""
+    """Every ``TARGET`` in the ``patches`` package, in module-name order (``_helpers`` skipped)."""
     from . import patches
 
-    return tuple(
-        importlib.import_module(f"{patches.__name__}.{info.name}").TARGET
-        for info in sorted(pkgutil.iter_modules(patches.__path__), key=lambda i: i.name)
-    )
+    names = sorted(info.name for info in pkgutil.iter_modules(patches.__path__) if not info.name.startswith("_"))
+    return tuple(importlib.import_module(f"{patches.__name__}.{name}").TARGET for name in names)
 
 
 def make_plan(install: VllmInstall, options: Optional[Options] = None) -> Plan:

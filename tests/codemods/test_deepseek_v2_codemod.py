@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 from libcst.codemod import CodemodContext, CodemodTest

@@ -1,0 +1,103 @@
+"""``model_executor/models/kimi_k25.py`` (0.15.0+): the Kimi-K2.5 wrapper becomes an EAGLE-3 target.
+
+The model runner asks ``supports_eagle3(get_model())``, and for Kimi-K2.5 that is the
+multimodal wrapper ``KimiK25ForConditionalGeneration``, not the DeepSeek-V3 model inside.
+The wrapper gains ``SupportsEagle3`` and both methods, handed on to ``self.language_model``:
+
+- 0.16.0+: the language model is a ``DeepseekV2ForCausalLM`` (patched by ``deepseek_v2``),
+  so the methods delegate to it;
+- 0.15.x: it is a bare ``DeepseekV2Model``, so the methods act on it as
+  ``DeepseekV2ForCausalLM``'s do on ``self.model``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.codemod import CodemodCommand, CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+
+from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.cst_tools import add_base, add_methods, has_method, mark_line, method, only, top_level_class
+from vllm_eagle3_patch.patches._eagle3_methods import delegating_methods, eagle3_methods
+from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
+
+PATH = "model_executor/models/kimi_k25.py"
+WRAPPER = "KimiK25ForConditionalGeneration"
+PROTOCOL = "SupportsEagle3"
+INTERFACES = "vllm.model_executor.models.interfaces"
+LANGUAGE_MODEL = "self.language_model"
+
+
+class KimiK25Eagle3(CodemodCommand):
+    """Give ``KimiK25ForConditionalGeneration`` the ``SupportsEagle3`` protocol by delegation."""
+
+    def __init__(self, context: CodemodContext, aux_layers: Optional[tuple[int, ...]] = None) -> None:
+        super().__init__(context)
+        self.aux_layers = aux_layers
+
+    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+        wrapper = top_level_class(tree, WRAPPER)
+        if _builds_bare_decoder(wrapper):
+            methods = eagle3_methods(LANGUAGE_MODEL, self.aux_layers)
+        else:
+            methods = delegating_methods(LANGUAGE_MODEL)
+        patched = add_methods(add_base(wrapper, PROTOCOL), methods, tree)
+        AddImportsVisitor.add_needed_import(self.context, INTERFACES, PROTOCOL)
+        return tree.deep_replace(wrapper, patched)  # type: ignore[return-value]
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        return super().transform_module(tree).visit(_MarkInterfacesImport())
+
+
+class _MarkInterfacesImport(cst.CSTTransformer):
+    def leave_SimpleStatementLine(
+        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
+    ) -> cst.SimpleStatementLine:
+        names_protocol = m.ImportFrom(names=[m.ZeroOrMore(), m.ImportAlias(name=m.Name(PROTOCOL)), m.ZeroOrMore()])
+        if m.matches(updated_node, m.SimpleStatementLine(body=[names_protocol])):
+            return mark_line(updated_node)
+        return updated_node
+
+
+def _builds_bare_decoder(wrapper: cst.ClassDef) -> bool:
+    """Whether ``__init__`` sets ``self.language_model = DeepseekV2Model(...)`` (0.15.x)."""
+    assignments = m.findall(
+        method(wrapper, "__init__"),
+        m.Assign(targets=[m.AssignTarget(m.Attribute(m.Name("self"), m.Name("language_model")))], value=m.Call()),
+    )
+    assignment: cst.Assign = only(assignments, f"`{LANGUAGE_MODEL} = ...(...)` in {WRAPPER}.__init__")  # type: ignore[assignment]
+    callee = assignment.value.func  # type: ignore[attr-defined]
+    if m.matches(callee, m.Name("DeepseekV2Model")):
+        return True
+    if m.matches(callee, m.Name("init_vllm_registered_model")):
+        return False
+    raise Unrecognised(f"expected {LANGUAGE_MODEL} to be a DeepseekV2Model or init_vllm_registered_model(...)")
+
+
+def _native(module: cst.Module) -> Optional[str]:
+    if has_method(top_level_class(module, WRAPPER), "get_eagle3_aux_hidden_state_layers"):
+        return f"{WRAPPER} already implements EAGLE-3 (upstream support)"
+    return None
+
+
+class KimiK25Target:
+    name = "Kimi-K2.5 wrapper"
+    required = False
+    default_path = PATH
+
+    def locate(self, package_dir: Path) -> Optional[str]:
+        return PATH if (package_dir / PATH).is_file() else None
+
+    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        return judge(
+            source,
+            lambda: KimiK25Eagle3(CodemodContext(), aux_layers=options.aux_layers),
+            native=_native,
+        )
+
+
+TARGET = KimiK25Target()

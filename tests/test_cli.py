@@ -263,3 +263,37 @@ def test_python_option_without_vllm(tmp_path):
 def test_python_option_with_a_missing_interpreter(tmp_path):
     completed = run_cli("--python", str(tmp_path / "nope"), "status")
     assert completed.returncode == 1 and "cannot run this interpreter" in completed.stderr
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+        {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+    ],
+)
+def test_aux_layers_from_a_drafter_checkpoint(release, tmp_path, config):
+    package_dir = release("0.17.1")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cli(package_dir, "apply", "--aux-layers-from", str(tmp_path)).returncode == 0
+    assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [1, 29, 57]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"hidden_size": 7168}', "no eagle_aux_hidden_state_layer_ids"),
+        ('{"eagle_aux_hidden_state_layer_ids": [1, 1]}', "repeated"),
+        ('{"eagle_aux_hidden_state_layer_ids": [1, -2]}', "negative"),
+        ('{"eagle_aux_hidden_state_layer_ids": "1,2"}', "list of layer ids"),
+        ("{oops", "not valid JSON"),
+    ],
+)
+def test_bad_drafter_configs_are_refused(release, tmp_path, content, message):
+    package_dir = release("0.17.1")
+    config = tmp_path / "drafter.json"
+    config.write_text(content)
+    completed = cli(package_dir, "apply", "--aux-layers-from", str(config))
+    assert completed.returncode == 1
+    assert completed.stderr.count("\n") == 1 and str(config) in completed.stderr and message in completed.stderr
+    assert not (package_dir / ".vllm-eagle3-patch").exists()

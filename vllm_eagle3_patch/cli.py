@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, render
+from . import __version__, changes, layer_ids, render
 from .errors import ToolError
 from .locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import Plan, make_plan
@@ -59,12 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     apply = commands.add_parser("apply", help="patch vLLM (all target files or none), keeping backups")
     apply.add_argument("--dry-run", action="store_true", help="show what would be written; write nothing")
-    apply.add_argument(
+    ids = apply.add_mutually_exclusive_group()
+    ids.add_argument(
         "--aux-layers",
         type=parse_layer_ids,
         metavar="IDS",
         help="comma-separated layer ids get_eagle3_aux_hidden_state_layers() returns, e.g. 1,29,57 "
         "(default: the ids of the last apply, else (2, n // 2, n - 3))",
+    )
+    ids.add_argument(
+        "--aux-layers-from",
+        type=Path,
+        metavar="DRAFTER",
+        help="read the ids from a drafter checkpoint directory or its config.json "
+        "(eagle_aux_hidden_state_layer_ids, top level or in eagle_config)",
     )
     apply.set_defaults(run=run_apply)
 
@@ -79,14 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_layer_ids(text: str) -> tuple[int, ...]:
     try:
-        ids = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 1,29,57") from None
-    if any(i < 0 for i in ids):
-        raise argparse.ArgumentTypeError(f"{text!r}: layer ids must not be negative")
-    if len(set(ids)) != len(ids):
-        raise argparse.ArgumentTypeError(f"{text!r}: a layer id is repeated")
-    return ids
+        return layer_ids.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def find_install(args: argparse.Namespace) -> VllmInstall:
@@ -117,7 +120,8 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args), Options(aux_layers=args.aux_layers))
+    aux_layers = layer_ids.from_drafter(args.aux_layers_from) if args.aux_layers_from else args.aux_layers
+    plan = make_plan(find_install(args), Options(aux_layers=aux_layers))
     if args.dry_run:
         if args.json:
             emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})

@@ -16,12 +16,12 @@ from typing import Optional
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import (
     add_base,
+    add_import,
     add_methods,
     has_method,
     is_self_attribute,
@@ -31,7 +31,7 @@ from vllm_eagle3_patch.cst_tools import (
     method,
     names_in,
     only,
-    replace_nodes,
+    replace_child,
     statements,
     top_level_class,
 )
@@ -69,21 +69,13 @@ class DeepseekV2Eagle3(CodemodCommand):
         model = top_level_class(tree, MODEL)
         causal_lm = top_level_class(tree, CAUSAL_LM)
         init, forward = method(model, "__init__"), method(model, "forward")
-        tree = replace_nodes(
-            tree,
-            {
-                init: self.patch_init(init, tree),
-                forward: self.patch_forward(forward, tree),
-                causal_lm: self.patch_causal_lm(causal_lm, tree),
-            },
-        )
+        new_model = replace_child(model, init, self.patch_init(init, tree))
+        new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
+        tree = replace_child(tree, model, new_model)
+        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, tree))
         if self.protocol:
-            AddImportsVisitor.add_needed_import(self.context, "interfaces", PROTOCOL, relative=1)
+            tree = add_import(tree, self.context, "interfaces", PROTOCOL, relative=1)
         return tree
-
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        tree = super().transform_module(tree)  # also runs AddImportsVisitor
-        return tree.visit(_MarkProtocolImport()) if self.protocol else tree
 
     def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
@@ -138,21 +130,6 @@ class DeepseekV2Eagle3(CodemodCommand):
         if self.protocol:
             causal_lm = add_base(causal_lm, PROTOCOL)
         return add_methods(causal_lm, eagle3_methods("self.model", self.aux_layers), tree)
-
-
-class _MarkProtocolImport(cst.CSTTransformer):
-    """Mark the ``from .interfaces import ...`` statement that now names the protocol."""
-
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.SimpleStatementLine:
-        protocol = m.ImportAlias(name=m.Name(PROTOCOL))
-        import_from = m.ImportFrom(
-            relative=[m.Dot()], module=m.Name("interfaces"), names=[m.ZeroOrMore(), protocol, m.ZeroOrMore()]
-        )
-        if m.matches(updated_node, m.SimpleStatementLine(body=[import_from])):
-            return mark_line(updated_node)
-        return updated_node
 
 
 def _decoder_loop(body: list[cst.BaseStatement]) -> cst.For:

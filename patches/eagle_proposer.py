@@ -17,12 +17,13 @@ import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
 
 from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import mark, only, statements
+from vllm_eagle3_patch.cst_tools import mark, only, replace_child, statements
 from vllm_eagle3_patch.target import Options, ReadFile, Verdict
 
 PATH = "v1/spec_decode/eagle.py"
 KIMI_K25_MODEL = "model_executor/models/kimi_k25.py"
 WRAPPER = "KimiK25ForConditionalGeneration"
+LOAD_MODEL = "load_model"
 
 _copies_image_token_index = m.Assign(
     targets=[m.AssignTarget(m.Attribute(attr=m.Name("image_token_index")))],
@@ -37,20 +38,28 @@ class KimiK25MediaToken(CodemodCommand):
     """``elif <name of target> == "KimiK25ForConditionalGeneration": ... media_placeholder_token_id``."""
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        what = "an if/elif chain ending in `else: ...image_token_index = target.config.image_token_index`"
-        branch: cst.If = only(m.findall(tree, _generic_branch), what)  # type: ignore[assignment]
+        what = f"in {LOAD_MODEL}, an if/elif chain ending in `else: ...image_token_index = target.config.image_token_index`"
+        cls, load_model, branch = only(_generic_branches(tree), what)  # type: ignore[misc]
         generic: cst.Else = branch.orelse  # type: ignore[assignment]
         assignment: cst.Assign = generic.body.body[0].body[0]  # type: ignore[attr-defined]
-        target_config = cst.Module([]).code_for_node(assignment.value.value)  # type: ignore[attr-defined]
-        drafter_token = cst.Module([]).code_for_node(assignment.targets[0].target)
-        name_of_target = cst.Module([]).code_for_node(_compared_name(branch))
+        code = cst.Module([]).code_for_node
         (kimi,) = statements(
-            f'if {name_of_target} == "{WRAPPER}":\n'
-            f"    {drafter_token} = {target_config}.media_placeholder_token_id\n",
+            f'if {code(_compared_name(branch))} == "{WRAPPER}":\n'
+            f"    {code(assignment.targets[0].target)} = {code(assignment.value.value)}.media_placeholder_token_id\n",  # type: ignore[attr-defined]
             tree,
         )
         elif_kimi = mark(kimi).with_changes(orelse=generic)  # type: ignore[attr-defined]
-        return tree.deep_replace(branch, branch.with_changes(orelse=elif_kimi))  # type: ignore[return-value]
+        new_load_model = load_model.deep_replace(branch, branch.with_changes(orelse=elif_kimi))
+        return replace_child(tree, cls, replace_child(cls, load_model, new_load_model))
+
+
+def _generic_branches(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef, cst.If]]:
+    """Every generic image-token branch in a proposer's ``load_model``, with its class and method."""
+    found = []
+    for cls in (s for s in tree.body if isinstance(s, cst.ClassDef)):
+        for load_model in (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == LOAD_MODEL):
+            found.extend((cls, load_model, branch) for branch in m.findall(load_model, _generic_branch))
+    return found  # type: ignore[return-value]
 
 
 def _compared_name(branch: cst.If) -> cst.BaseExpression:
@@ -62,9 +71,13 @@ def _compared_name(branch: cst.If) -> cst.BaseExpression:
 
 
 def _native(module: cst.Module) -> Optional[str]:
-    if m.findall(module, m.SimpleString(f'"{WRAPPER}"') | m.SimpleString(f"'{WRAPPER}'")):
+    load_models = [
+        s for c in module.body if isinstance(c, cst.ClassDef) for s in c.body.body
+        if isinstance(s, cst.FunctionDef) and s.name.value == LOAD_MODEL
+    ]  # fmt: skip
+    if any(m.findall(f, m.SimpleString(f'"{WRAPPER}"') | m.SimpleString(f"'{WRAPPER}'")) for f in load_models):
         return "the proposer already knows Kimi-K2.5's media token (upstream support)"
-    if not m.findall(module, _copies_image_token_index):
+    if not any(m.findall(f, _copies_image_token_index) for f in load_models):
         return "the proposer does not copy image_token_index here (moved upstream)"
     return None
 

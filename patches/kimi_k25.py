@@ -18,10 +18,18 @@ from typing import Optional
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import add_base, add_methods, has_method, mark_line, method, only, top_level_class
+from vllm_eagle3_patch.cst_tools import (
+    add_base,
+    add_import,
+    add_methods,
+    has_method,
+    method,
+    only,
+    replace_child,
+    top_level_class,
+)
 from vllm_eagle3_patch.patches._eagle3_methods import delegating_methods, eagle3_methods
 from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
 
@@ -45,22 +53,8 @@ class KimiK25Eagle3(CodemodCommand):
             methods = eagle3_methods(LANGUAGE_MODEL, self.aux_layers)
         else:
             methods = delegating_methods(LANGUAGE_MODEL)
-        patched = add_methods(add_base(wrapper, PROTOCOL), methods, tree)
-        AddImportsVisitor.add_needed_import(self.context, INTERFACES, PROTOCOL)
-        return tree.deep_replace(wrapper, patched)  # type: ignore[return-value]
-
-    def transform_module(self, tree: cst.Module) -> cst.Module:
-        return super().transform_module(tree).visit(_MarkInterfacesImport())
-
-
-class _MarkInterfacesImport(cst.CSTTransformer):
-    def leave_SimpleStatementLine(
-        self, original_node: cst.SimpleStatementLine, updated_node: cst.SimpleStatementLine
-    ) -> cst.SimpleStatementLine:
-        names_protocol = m.ImportFrom(names=[m.ZeroOrMore(), m.ImportAlias(name=m.Name(PROTOCOL)), m.ZeroOrMore()])
-        if m.matches(updated_node, m.SimpleStatementLine(body=[names_protocol])):
-            return mark_line(updated_node)
-        return updated_node
+        tree = replace_child(tree, wrapper, add_methods(add_base(wrapper, PROTOCOL), methods, tree))
+        return add_import(tree, self.context, INTERFACES, PROTOCOL)
 
 
 def _builds_bare_decoder(wrapper: cst.ClassDef) -> bool:

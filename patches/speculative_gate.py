@@ -15,20 +15,21 @@ Everything the gate accepted before is still accepted.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
 
 from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import append_items, mark_line, only
+from vllm_eagle3_patch.cst_tools import append_items, mark, mark_line, only, replace_child, top_level_class
 from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
 
 CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
 GATE_SIGNS = ("eagle3_target_supported", "Eagle3 is only supported")
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 WHITELIST = "eagle3_target_supported"
+CONFIG = "SpeculativeConfig"
 
 _whitelist = m.Assign(targets=[m.AssignTarget(m.Name(WHITELIST))], value=m.List())
 _llama_only = m.Comparison(
@@ -38,16 +39,17 @@ _llama_only = m.Comparison(
 
 
 class SpeculativeGate(CodemodCommand):
-    """Add :data:`MODEL_TYPES` to whichever EAGLE-3 target gate the file has."""
+    """Add :data:`MODEL_TYPES` to whichever EAGLE-3 target gate ``SpeculativeConfig`` has."""
 
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
-        whitelists = m.findall(tree, m.SimpleStatementLine(body=[_whitelist]))
+        config = top_level_class(tree, CONFIG)
+        whitelists = m.findall(config, m.SimpleStatementLine(body=[_whitelist]))
         if whitelists:
             line = only(whitelists, f"assignment `{WHITELIST} = [...]`")
-            return tree.deep_replace(line, self.extend_whitelist(line))  # type: ignore[arg-type]
-        gates = m.findall(tree, _llama_only)
-        comparison = only(gates, f'the EAGLE-3 gate (`{WHITELIST} = [...]` or `"llama" not in ...model_type`)')
-        return self.open_llama_gate(tree, comparison)  # type: ignore[arg-type]
+            return replace_child(tree, config, config.deep_replace(line, self.extend_whitelist(line)))
+        gates = [s for s in m.findall(config, m.If()) if m.findall(s.test, _llama_only)]  # type: ignore[attr-defined]
+        gate: cst.If = only(gates, f'the EAGLE-3 gate (`{WHITELIST} = [...]` or `if ... "llama" not in ...`)')  # type: ignore[assignment]
+        return replace_child(tree, config, config.deep_replace(gate, self.open_llama_gate(gate)))
 
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         assign: cst.Assign = line.body[0]  # type: ignore[assignment]
@@ -57,39 +59,23 @@ class SpeculativeGate(CodemodCommand):
         extended = listed.with_changes(elements=append_items(listed.elements, new))
         return mark_line(line.with_deep_changes(assign, value=extended))
 
-    def open_llama_gate(self, tree: cst.Module, comparison: cst.Comparison) -> cst.Module:
-        model_type = cst.Module([]).code_for_node(comparison.comparisons[0].comparator)
+    def open_llama_gate(self, gate: cst.If) -> cst.If:
+        (comparison,) = m.findall(gate.test, _llama_only)
+        model_type = cst.Module([]).code_for_node(comparison.comparisons[0].comparator)  # type: ignore[attr-defined]
         accepted = ", ".join(f'"{t}"' for t in ("llama", *MODEL_TYPES))
         opened = cst.parse_expression(f"not any(supported in {model_type} for supported in ({accepted}))")
-        statement = _enclosing_statement(tree, comparison)
-        patched = statement.deep_replace(comparison, opened)
-        if isinstance(patched, cst.If):
-            patched = patched.with_changes(body=_mark_block(patched.body))
-        return tree.deep_replace(statement, patched)  # type: ignore[arg-type]
-
-
-def _enclosing_statement(tree: cst.Module, node: cst.CSTNode) -> cst.BaseStatement:
-    """The ``if`` statement holding the gate's comparison."""
-    ifs = [s for s in m.findall(tree, m.If()) if node in m.findall(s.test, m.Comparison())]  # type: ignore[attr-defined]
-    if not ifs:
-        raise Unrecognised('expected `"llama" not in ...` in the test of an if statement')
-    return ifs[-1]  # type: ignore[return-value]
-
-
-def _mark_block(block: cst.BaseSuite) -> cst.BaseSuite:
-    from vllm_eagle3_patch.cst_tools import mark_header
-
-    return mark_header(block) if isinstance(block, cst.IndentedBlock) else block
+        test = gate.test.deep_replace(comparison, opened)
+        return mark(gate.with_changes(test=test))  # type: ignore[return-value]
 
 
 def _native(module: cst.Module) -> Optional[str]:
-    code = module.code
-    if not any(sign in code for sign in GATE_SIGNS) and "eagle3" in code:
+    code = cst.Module([]).code_for_node(top_level_class(module, CONFIG))
+    if "eagle3" in code and not any(sign in code for sign in GATE_SIGNS):
         return "no EAGLE-3 target whitelist in this release"
     return None
 
 
-def _require_eagle3(source: str):
+def _require_eagle3(source: str) -> Callable[[], None]:
     def check() -> None:
         if "eagle3" not in source:
             raise Unrecognised("this vLLM has no EAGLE-3 speculative config")

@@ -11,12 +11,16 @@ from typing import Optional, Sequence, TypeVar, Union
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
 
 from .target import MARKER, Unrecognised
 
 MARK = f"# {MARKER}"
 """The trailing comment put on every line this tool adds or changes."""
 
+Found = TypeVar("Found")
+Parent = TypeVar("Parent", cst.Module, cst.ClassDef)
 CommaItem = TypeVar("CommaItem", cst.Arg, cst.Element, cst.ImportAlias)
 
 
@@ -32,8 +36,8 @@ def has_mark(source: str) -> bool:
     return MARK in source
 
 
-def only(found: Sequence[cst.CSTNode], what: str) -> cst.CSTNode:
-    """The single node in ``found``; zero or several is a file we do not recognise."""
+def only(found: Sequence[Found], what: str) -> Found:
+    """The single item in ``found``; zero or several is a file we do not recognise."""
     if len(found) == 1:
         return found[0]
     if not found:
@@ -136,17 +140,34 @@ def names_in(node: cst.CSTNode) -> set[str]:
     return {n.value for n in m.findall(node, m.Name())}  # type: ignore[union-attr]
 
 
-def replace_nodes(tree: cst.Module, replacements: dict[cst.CSTNode, cst.CSTNode]) -> cst.Module:
-    """Swap nodes of ``tree`` (found by identity) for new ones, all in one pass.
+def replace_child(parent: Parent, old: cst.CSTNode, new: cst.CSTNode) -> Parent:
+    """Swap one statement of a module or a class body (found by identity) for ``new``.
 
-    Replacing one at a time with ``deep_replace`` would rebuild the tree and lose the
-    identity of the nodes still to be replaced.
+    Cheaper than ``deep_replace``, which walks and rebuilds the whole tree.
     """
-    by_id = {id(old): new for old, new in replacements.items()}
+    if isinstance(parent, cst.Module):
+        return parent.with_changes(body=[new if s is old else s for s in parent.body])  # type: ignore[return-value]
+    body = parent.body.with_changes(body=[new if s is old else s for s in parent.body.body])
+    return parent.with_changes(body=body)  # type: ignore[return-value]
 
-    class Replace(cst.CSTTransformer):
-        def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
-            return by_id.get(id(original_node), updated_node)
 
-    return tree.visit(Replace())
+def add_import(
+    tree: cst.Module, context: CodemodContext, module: str, name: str, relative: int = 0
+) -> cst.Module:
+    """Add ``from <module> import <name>`` with LibCST's ``AddImportsVisitor`` and mark that line.
 
+    The visitor extends an existing import of the module whatever its shape.  It only
+    ever touches the imports at the top of the file, so it runs on those statements
+    alone: on a whole 1,500-line model file it would take seconds.
+    """
+    split = next((i for i, s in enumerate(tree.body) if not isinstance(s, cst.SimpleStatementLine)), len(tree.body))
+    head = tree.with_changes(body=tree.body[:split], footer=())
+    # A context of its own: a request left in the codemod's context would make
+    # CodemodCommand run the visitor again, over the whole file.
+    own = CodemodContext(full_module_name=context.full_module_name, full_package_name=context.full_package_name)
+    AddImportsVisitor.add_needed_import(own, module, name, relative=relative)
+    new_head = head.visit(AddImportsVisitor(own))
+    alias = m.ImportAlias(name=m.Name(name))
+    names_it = m.SimpleStatementLine(body=[m.ImportFrom(names=[m.ZeroOrMore(), alias, m.ZeroOrMore()])])
+    body = [mark_line(s) if m.matches(s, names_it) else s for s in new_head.body]  # type: ignore[arg-type]
+    return tree.with_changes(body=[*body, *tree.body[split:]])

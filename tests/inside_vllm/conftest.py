@@ -1,0 +1,45 @@
+"""Configuration of the inner suite: run with a real vLLM release first on ``PYTHONPATH``.
+
+    PYTHONPATH=<patched release tree> <venv>/bin/python -m pytest tests/inside_vllm -q
+
+The suite asserts the *patched* behaviour; on an unpatched tree it is expected to fail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# vLLM logs Triton/_C warnings on import without a GPU; keep the test output readable.
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # ``import harness`` under any --import-mode
+    sys.path.insert(0, str(HERE))
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say which vLLM tree is under test, so a log shows what was really imported."""
+    import harness
+    import vllm
+
+    return [f"vllm {harness.vllm_version()} from {Path(vllm.__file__).parent}"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to run against anything but a real vLLM release tree.
+
+    The tests must exercise the release's own code, so ``vllm`` has to come from a
+    directory that also holds its ``vllm-<version>.dist-info``.
+    """
+    import vllm
+
+    tree = Path(vllm.__file__).resolve().parent.parent
+    if not any(tree.glob("vllm-*.dist-info")):
+        raise pytest.UsageError(
+            f"vllm was imported from {tree}, which holds no vllm-*.dist-info: put an "
+            "extracted (patched) vLLM release first on PYTHONPATH"
+        )

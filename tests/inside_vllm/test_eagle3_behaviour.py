@@ -1,0 +1,381 @@
+"""Behaviour of a vLLM tree patched for EAGLE-3 on DeepSeek-V2/V3 (and Kimi-K2/K2.5).
+
+Everything here imports and runs the release's real code (see ``harness``); the expected
+values come from the stand-in formulas, never from calling the code under test twice.
+On an unpatched tree these tests fail: that is how the outer suite knows they bite.
+
+Spec (what the patch must do, matching upstream 0.18.0 and closing its two known gaps):
+
+a. ``DeepseekV2Model.__init__`` sets ``self.aux_hidden_state_layers = tuple[int, ...]()``.
+b. ``forward`` captures, for each global id k in ``aux_hidden_state_layers``:
+   ``start_layer <= k < end_layer`` -> the input of layer k (``hidden_states + residual``,
+   or ``hidden_states`` where ``residual`` is None); ``k == end_layer`` on the last rank ->
+   the last layer's output, pre-norm.  The last rank returns ``(normed, [captured...])`` in
+   layer order; with nothing captured it returns what the unpatched code returned.
+   Non-last ranks still return ``IntermediateTensors``.
+c. ``DeepseekV2ForCausalLM`` (so every subclass) supports EAGLE-3 and delegates
+   ``set_aux_hidden_state_layers`` / ``get_eagle3_aux_hidden_state_layers`` to
+   ``self.model`` (the default being ``(2, n // 2, n - 3)``); so does the Kimi-K2.5
+   wrapper, to its language model.
+d. The speculative-config gate (``SpeculativeConfig._verify_args``) accepts DeepSeek and
+   Kimi-K2 targets for ``method="eagle3"``, still accepts what it accepted before and
+   still rejects other model types.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+import pytest
+import torch
+from packaging.version import Version
+
+import harness
+from harness import Reference, Stage, deepseek_stage, reference_forward
+
+VERSION = harness.vllm_version()
+CAUSAL_LM_CLASSES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+
+
+def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bit-for-bit equality, with a readable message."""
+    assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert torch.equal(actual, expected), f"{what}:\n{actual}\n!=\n{expected}"
+
+
+def assert_captured(out: object, stage: Stage, ref: Reference, ids: Sequence[int]) -> None:
+    """``out`` is ``(normed output, captured states in layer order)``."""
+    assert isinstance(out, tuple) and len(out) == 2, (
+        f"expected (hidden_states, aux_hidden_states), got {type(out).__name__}"
+    )
+    hidden_states, aux = out
+    assert ref.output is not None
+    assert_same(hidden_states, ref.output, "normed output")
+    assert isinstance(aux, (list, tuple)), f"aux_hidden_states is {type(aux).__name__}"
+    expected = ref.expected_aux(ids, stage.end_layer)
+    assert len(aux) == len(expected), f"captured {len(aux)} states, expected {len(expected)}"
+    for position, (got, want) in enumerate(zip(aux, expected)):
+        assert_same(got, want, f"aux_hidden_states[{position}] for ids {tuple(ids)}")
+
+
+def assert_intermediate(out: object, stage: Stage, ref: Reference) -> None:
+    """A non-last rank returns the real ``IntermediateTensors`` with the usual keys."""
+    assert isinstance(out, stage.intermediate_tensors_class), (
+        f"a non-last rank must return IntermediateTensors, got {type(out).__name__}"
+    )
+    assert set(out.tensors) == {"hidden_states", "residual"}
+    assert_same(out["hidden_states"], ref.hidden_states, "hidden_states sent on")
+    assert ref.residual is not None
+    assert_same(out["residual"], ref.residual, "residual sent on")
+
+
+# --------------------------------------------------------------------------- a. __init__
+
+
+def test_init_sets_empty_aux_layers() -> None:
+    """The real ``__init__`` (through the torch-compile wrapper) starts with no capture."""
+    with deepseek_stage() as stage:
+        assert "aux_hidden_state_layers" in vars(stage.model), "not set by __init__"
+        layers = stage.model.aux_hidden_state_layers
+        assert type(layers) is tuple and layers == ()
+
+
+def test_harness_builds_the_real_model() -> None:
+    """Guards the harness itself: real class, real ``__init__`` results, stand-in layers."""
+    module = harness.deepseek_module()
+    with deepseek_stage(8, 4, 8, first=False, last=True) as stage:
+        assert type(stage.model) is module.DeepseekV2Model
+        assert (stage.model.start_layer, stage.model.end_layer) == (4, 8)
+        assert len(stage.model.layers) == 8
+        assert sorted(stage.layers) == [4, 5, 6, 7]
+        assert all(isinstance(stage.model.layers[i], module.PPMissingLayer) for i in range(4))
+        assert isinstance(stage.model.embed_tokens, module.PPMissingLayer)
+        assert isinstance(stage.model.norm, harness.StandInNorm)
+
+
+# --------------------------------------------------------------------------- b. forward
+
+SINGLE_STAGE_IDS = [
+    pytest.param((0,), id="first-layer-input"),
+    pytest.param((4,), id="middle"),
+    pytest.param((8,), id="final-output"),
+    pytest.param((2, 4, 5), id="default-ids"),
+    pytest.param((7, 0, 8, 3), id="unordered"),
+    pytest.param((3, 3), id="duplicate-id-once"),
+    pytest.param((1, 9, 100), id="beyond-n-ignored"),
+]
+
+
+@pytest.mark.parametrize("ids", SINGLE_STAGE_IDS)
+def test_capture_single_stage(ids: tuple[int, ...]) -> None:
+    """One stage holding all 8 layers: ids 0..8 capture, in layer order."""
+    with deepseek_stage(8) as stage:
+        ref = reference_forward(stage)
+        out = stage.run(ids)
+        assert_captured(out, stage, ref, ids)
+
+
+def test_capture_of_layer_zero_is_the_embedding() -> None:
+    """On the first rank ``residual`` is None before layer 0: id 0 captures the input
+    embeddings themselves (upstream 0.18.0 crashes on ``hidden_states + None`` here)."""
+    with deepseek_stage(8) as stage:
+        embeds, residual = stage.inputs()
+        assert residual is None
+        _, aux = stage.run((0,))
+        assert_same(aux[0], embeds, "capture of id 0")
+
+
+def test_captures_match_what_layers_saw() -> None:
+    """Cross-check against the stand-ins' own records: the capture for id k is the
+    ``hidden_states + residual`` layer k was called with, and capturing perturbs nothing."""
+    with deepseek_stage(8) as stage:
+        ids = (1, 3, 6)
+        _, aux = stage.run(ids)
+        for got, k in zip(aux, ids):
+            (call,) = stage.layers[k].calls
+            assert call.residual is not None
+            assert_same(got, call.hidden_states + call.residual, f"capture of id {k}")
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "start", "end"),
+    [
+        pytest.param(True, True, 0, 8, id="single-stage"),
+        pytest.param(True, False, 0, 4, id="first-rank"),
+        pytest.param(False, False, 3, 6, id="middle-rank"),
+        pytest.param(False, True, 4, 8, id="last-rank"),
+    ],
+)
+@pytest.mark.parametrize("ids", [None, ()], ids=["fresh", "empty"])
+def test_nothing_captured_is_unchanged(
+    first: bool, last: bool, start: int, end: int, ids: tuple[int, ...] | None
+) -> None:
+    """With no ids, every pipeline position returns exactly the unpatched result."""
+    with deepseek_stage(8, start, end, first=first, last=last) as stage:
+        ref = reference_forward(stage)
+        out = stage.run(ids)
+        if last:
+            assert ref.output is not None
+            assert_same(out, ref.output, "output")
+            assert stage.model.norm.calls == 1
+        else:
+            assert_intermediate(out, stage, ref)
+
+
+def test_ids_outside_the_stage_only_returns_plain_tensor() -> None:
+    """Ids that all fall on other stages capture nothing: the plain tensor comes back."""
+    with deepseek_stage(8, 4, 8, first=False, last=True) as stage:
+        ref = reference_forward(stage)
+        out = stage.run((0, 2, 3, 9))
+        assert ref.output is not None
+        assert_same(out, ref.output, "output")
+
+
+def test_last_stage_starting_after_layer_zero() -> None:
+    """Layers 4..8 of 8 on the last rank: ids are global, 5 is the input of global
+    layer 5, 8 the final pre-norm output; ids on the earlier stage are ignored."""
+    with deepseek_stage(8, 4, 8, first=False, last=True) as stage:
+        ref = reference_forward(stage)
+        out = stage.run((5, 8))
+        assert_captured(out, stage, ref, (5, 8))
+        _, aux = out
+        (call,) = stage.layers[5].calls
+        assert call.residual is not None
+        assert_same(aux[0], call.hidden_states + call.residual, "input of global layer 5")
+        assert_same(aux[1], ref.hidden_states + ref.residual, "final output")
+
+
+def test_last_stage_mixed_ids() -> None:
+    """Unordered ids straddling the stage boundary keep the in-stage ones, in order."""
+    with deepseek_stage(8, 4, 8, first=False, last=True) as stage:
+        ref = reference_forward(stage)
+        ids = (8, 1, 6, 4, 3)
+        assert_captured(stage.run(ids), stage, ref, ids)
+
+
+def test_first_layer_of_a_later_stage() -> None:
+    """Id == start_layer on a non-first rank sums the received hidden states and residual."""
+    with deepseek_stage(8, 4, 8, first=False, last=True) as stage:
+        hidden, residual = stage.inputs()
+        assert residual is not None
+        _, aux = stage.run((4,))
+        assert_same(aux[0], hidden + residual, "input of global layer 4")
+
+
+@pytest.mark.parametrize(
+    ("first", "start", "end", "ids"),
+    [
+        pytest.param(False, 3, 6, (3, 4, 6), id="middle-rank"),
+        pytest.param(True, 0, 4, (0, 2, 4), id="first-rank"),
+    ],
+)
+def test_non_last_rank_returns_intermediate_tensors(
+    first: bool, start: int, end: int, ids: tuple[int, ...]
+) -> None:
+    """Capturing on a non-last rank does not change what it sends on."""
+    with deepseek_stage(8, start, end, first=first, last=False) as stage:
+        ref = reference_forward(stage)
+        out = stage.run(ids)
+        assert_intermediate(out, stage, ref)
+        assert isinstance(stage.model.norm, harness.deepseek_module().PPMissingLayer)
+
+
+def test_layers_called_with_release_signature() -> None:
+    """Each in-stage layer runs once, with the 4th ``llama_4_scaling`` argument (None
+    here) from 0.12.0 on and without it before."""
+    with deepseek_stage(8) as stage:
+        stage.run((2, 4, 5))
+        expected_extra: tuple[object, ...] = (None,) if VERSION >= Version("0.12.0") else ()
+        for index, layer in stage.layers.items():
+            assert len(layer.calls) == 1, f"layer {index} ran {len(layer.calls)} times"
+            assert layer.calls[0].extra_args == expected_extra
+
+
+# --------------------------------------------------------------------------- c. CausalLM
+
+
+def _supports_eagle3() -> object:
+    """``interfaces.supports_eagle3``, or a skip: the protocol first shipped in 0.10.1."""
+    interfaces = importlib.import_module("vllm.model_executor.models.interfaces")
+    if not hasattr(interfaces, "supports_eagle3"):
+        assert VERSION < Version("0.10.1"), "supports_eagle3 missing from interfaces"
+        pytest.skip(
+            f"vLLM {VERSION} has no SupportsEagle3 protocol (added in 0.10.1); its runner "
+            "calls the two methods by name, covered by the delegation tests"
+        )
+    return interfaces.supports_eagle3
+
+
+@pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
+def test_supports_eagle3(class_name: str) -> None:
+    """The class and an instance pass ``supports_eagle3`` (the runner's check)."""
+    supports_eagle3 = _supports_eagle3()
+    cls = getattr(harness.deepseek_module(), class_name)
+    assert supports_eagle3(cls)
+    with deepseek_stage() as stage:
+        assert supports_eagle3(harness.causal_lm_shell(class_name, stage.model))
+
+
+@pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
+def test_set_aux_hidden_state_layers_drives_forward(class_name: str) -> None:
+    """``set_aux_hidden_state_layers`` writes ``model.aux_hidden_state_layers`` and the
+    next forward captures those layers."""
+    with deepseek_stage(8) as stage:
+        lm = harness.causal_lm_shell(class_name, stage.model)
+        lm.set_aux_hidden_state_layers((2, 4, 5))
+        assert stage.model.aux_hidden_state_layers == (2, 4, 5)
+        ref = reference_forward(stage)
+        assert_captured(stage.run(), stage, ref, (2, 4, 5))
+
+
+@pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
+@pytest.mark.parametrize(
+    ("num_layers", "start", "end", "first", "last", "expected"),
+    [
+        pytest.param(8, 0, 8, True, True, (2, 4, 5), id="8-layers"),
+        pytest.param(61, 0, 61, True, True, (2, 30, 58), id="61-layers-like-v3"),
+        pytest.param(8, 4, 8, False, True, (2, 4, 5), id="8-layers-last-stage"),
+    ],
+)
+def test_default_aux_layers(
+    class_name: str,
+    num_layers: int,
+    start: int,
+    end: int,
+    first: bool,
+    last: bool,
+    expected: tuple[int, ...],
+) -> None:
+    """``(2, n // 2, n - 3)`` with ``n = len(model.layers)``, all layers not the stage's."""
+    with deepseek_stage(num_layers, start, end, first=first, last=last) as stage:
+        lm = harness.causal_lm_shell(class_name, stage.model)
+        got = lm.get_eagle3_aux_hidden_state_layers()
+        assert tuple(got) == expected
+        assert all(type(k) is int for k in got)
+
+
+KIMI_K25_FIRST = Version("0.15.0")
+KIMI_K25_WRAPS_CAUSAL_LM = Version("0.16.0")
+
+
+def _kimi_k25_shell(stage: Stage) -> object:
+    """A ``KimiK25ForConditionalGeneration`` holding ``stage.model`` as it would.
+
+    0.15.x build ``self.language_model = DeepseekV2Model(...)`` directly; 0.16.0+ build it
+    with ``init_vllm_registered_model`` from the ``deepseek_v3`` text config, i.e. a
+    ``DeepseekV3ForCausalLM`` whose ``.model`` is the ``DeepseekV2Model``.
+    """
+    if VERSION < KIMI_K25_FIRST:
+        pytest.skip(f"vLLM {VERSION} has no kimi_k25.py (first shipped in 0.15.0)")
+    from torch import nn
+
+    kimi = importlib.import_module("vllm.model_executor.models.kimi_k25")
+    wrapper = object.__new__(kimi.KimiK25ForConditionalGeneration)
+    nn.Module.__init__(wrapper)
+    if VERSION >= KIMI_K25_WRAPS_CAUSAL_LM:
+        wrapper.language_model = harness.causal_lm_shell("DeepseekV3ForCausalLM", stage.model)
+    else:
+        wrapper.language_model = stage.model
+    return wrapper
+
+
+def test_kimi_k25_delegates_to_language_model() -> None:
+    """The runner calls ``get_model()``, the multimodal wrapper: it must support EAGLE-3
+    and reach the DeepSeek model underneath."""
+    with deepseek_stage(8) as stage:
+        wrapper = _kimi_k25_shell(stage)
+        supports_eagle3 = _supports_eagle3()
+        assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
+        assert tuple(wrapper.get_eagle3_aux_hidden_state_layers()) == (2, 4, 5)
+        wrapper.set_aux_hidden_state_layers((1, 8))
+        assert stage.model.aux_hidden_state_layers == (1, 8)
+        ref = reference_forward(stage)
+        assert_captured(stage.run(), stage, ref, (1, 8))
+
+
+# --------------------------------------------------------------------------- d. the gate
+
+NEWLY_ACCEPTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+# What each release's gate already accepted (substring match on the model type), by the
+# release that added it; checked on the unpatched wheels.
+ACCEPTED_BEFORE: tuple[tuple[str, str], ...] = (
+    ("0.8.5", "llama"),
+    ("0.8.5", "llama4_text"),
+    ("0.10.1", "qwen2"),
+    ("0.10.1", "qwen3_moe"),
+    ("0.11.0", "minicpm"),
+    ("0.11.0", "gpt_oss"),
+    ("0.16.0", "hunyuan_vl"),
+    ("0.16.0", "hunyuan_v1_dense"),
+    ("0.16.0", "afmoe"),
+    ("0.17.0", "nemotron_h"),
+)
+STILL_REJECTED = ("gpt2", "mistral", "gemma3_text")
+
+
+@pytest.mark.parametrize("model_type", NEWLY_ACCEPTED)
+def test_gate_accepts_deepseek_and_kimi(model_type: str) -> None:
+    """DeepSeek-V2/V3/V3.2 and Kimi-K2 targets pass the release's real check.
+
+    Every release 0.8.5-0.17.1 has the gate in ``SpeculativeConfig._verify_args``
+    (0.17.x renamed its list ``aux_hidden_states_supported``), so this runs everywhere.
+    """
+    harness.run_speculative_gate(model_type)
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    [pytest.param(m, id=m) for since, m in ACCEPTED_BEFORE if VERSION >= Version(since)],
+)
+def test_gate_still_accepts_previous_targets(model_type: str) -> None:
+    """The patch widens the list; it does not replace it."""
+    harness.run_speculative_gate(model_type)
+
+
+@pytest.mark.parametrize("model_type", STILL_REJECTED)
+def test_gate_still_rejects_other_targets(model_type: str) -> None:
+    """The gate itself stays: an unsupported target type is still refused by it."""
+    with pytest.raises(ValueError, match=r"(?i)only supported for"):
+        harness.run_speculative_gate(model_type)

@@ -1,13 +1,16 @@
 """The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family and Kimi-K2.
 
-Before 0.17.0, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
-("Eagle3 is only supported for ... models").  The gate lives in a different file per
-release, in one of two shapes:
+Until 0.18.0, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
+("Eagle3 is only supported for ... models", "eagle3 is only supported for ...").  The gate
+lives in ``SpeculativeConfig``, in a different file per release, in one of two shapes:
 
-- 0.10.1-0.16.0 (``config/__init__.py``, then ``config/speculative.py``): a list
-  ``eagle3_target_supported = [...]`` matched by substring; the model types are appended.
+- 0.10.1-0.17.1 (``config/__init__.py``, then ``config/speculative.py``): a list
+  ``eagle3_target_supported = [...]`` (``aux_hidden_states_supported`` from 0.17.0)
+  matched by substring; the missing model types are appended.
 - 0.8.5-0.10.0 (``config.py``): ``"llama" not in <model_type>``; the comparison becomes
   ``not any(supported in <model_type> for supported in ("llama", ...))``.
+
+0.18.0 lists the DeepSeek types itself (native); later releases dropped the whitelist.
 
 Everything the gate accepted before is still accepted.
 """
@@ -26,12 +29,16 @@ from vllm_eagle3_patch.cst_tools import append_items, mark, mark_line, only, rep
 from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
 
 CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
-GATE_SIGNS = ("eagle3_target_supported", "Eagle3 is only supported")
+WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
+"""The whitelist's name: the first until 0.16.0, the second from 0.17.0 (EAGLE-3 and hidden-state extraction)."""
+GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
-WHITELIST = "eagle3_target_supported"
 CONFIG = "SpeculativeConfig"
 
-_whitelist = m.Assign(targets=[m.AssignTarget(m.Name(WHITELIST))], value=m.List())
+_whitelist = m.Assign(
+    targets=[m.AssignTarget(m.Name(WHITELISTS[0]) | m.Name(WHITELISTS[1]))],
+    value=m.List(elements=[m.ZeroOrMore(m.Element(m.SimpleString()))]),
+)
 _llama_only = m.Comparison(
     left=m.SimpleString('"llama"') | m.SimpleString("'llama'"),
     comparisons=[m.ComparisonTarget(operator=m.NotIn())],
@@ -45,10 +52,10 @@ class SpeculativeGate(CodemodCommand):
         config = top_level_class(tree, CONFIG)
         whitelists = m.findall(config, m.SimpleStatementLine(body=[_whitelist]))
         if whitelists:
-            line = only(whitelists, f"assignment `{WHITELIST} = [...]`")
+            line = only(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
             return replace_child(tree, config, config.deep_replace(line, self.extend_whitelist(line)))
         gates = [s for s in m.findall(config, m.If()) if m.findall(s.test, _llama_only)]  # type: ignore[attr-defined]
-        gate: cst.If = only(gates, f'the EAGLE-3 gate (`{WHITELIST} = [...]` or `if ... "llama" not in ...`)')  # type: ignore[assignment]
+        gate: cst.If = only(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')  # type: ignore[assignment]
         return replace_child(tree, config, config.deep_replace(gate, self.open_llama_gate(gate)))
 
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
@@ -69,9 +76,14 @@ class SpeculativeGate(CodemodCommand):
 
 
 def _native(module: cst.Module) -> Optional[str]:
-    code = cst.Module([]).code_for_node(top_level_class(module, CONFIG))
+    config = top_level_class(module, CONFIG)
+    code = cst.Module([]).code_for_node(config)
     if "eagle3" in code and not any(sign in code for sign in GATE_SIGNS):
         return "no EAGLE-3 target whitelist in this release"
+    for line in m.findall(config, m.SimpleStatementLine(body=[_whitelist])):
+        listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
+        if all(any(entry in model_type for entry in listed) for model_type in MODEL_TYPES):
+            return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3 and Kimi-K2 (upstream support)"
     return None
 
 

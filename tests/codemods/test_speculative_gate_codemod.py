@@ -70,6 +70,8 @@ def examine(code: str):
         ("class SpeculativeConfig:\n    method = 'eagle3'\n", State.NATIVE),
         ("class SpeculativeConfig:\n    method = 'eagle'\n", State.UNSUPPORTED),
         (WHITELIST.format(listed='["llama"]') + WHITELIST.format(listed='["qwen"]'), State.UNSUPPORTED),
+        (WHITELIST.format(listed='["llama"]').replace("eagle3_target_supported", "aux_hidden_states_supported"), State.UNPATCHED),
+        (WHITELIST.format(listed='["llama", "deepseek_v2", "deepseek_v3", "kimi_k2"]'), State.NATIVE),
     ],
 )
 def test_states(code, state):

@@ -8,7 +8,7 @@ import py_compile
 import pytest
 
 from conftest import record_mismatches, run_cli, run_inside, tree_digest
-from wheel_corpus import NATIVE, PATCHABLE_CORE, UNSUPPORTED
+from wheel_corpus import NATIVE, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
 
 def status(package_dir) -> dict:
@@ -17,8 +17,16 @@ def status(package_dir) -> dict:
     return json.loads(completed.stdout)
 
 
-@pytest.mark.parametrize("version", PATCHABLE_CORE)
-def test_patch_verify_revert(version, release, cpu_python):
+RELEASES = [pytest.param(v, "legacy_python", id=v) for v in PATCHABLE_LEGACY] + [
+    pytest.param(v, "cpu_python", id=v) for v in PATCHABLE_CORE
+]
+
+
+@pytest.mark.parametrize(("version", "interpreter"), RELEASES)
+def test_patch_verify_revert(version, interpreter, release, request):
+    """status unpatched -> apply -> patched and compiling -> the patched code behaves (inner
+    suite) -> apply again changes nothing -> revert gives back the wheel's bytes."""
+    python = request.getfixturevalue(interpreter)
     package_dir = release(version)
     before = status(package_dir)
     assert before["vllm_version"] == version
@@ -35,7 +43,7 @@ def test_patch_verify_revert(version, release, cpu_python):
         assert target["state"] in ("patched", "native"), target
         py_compile.compile(str(package_dir / target["file"]), doraise=True, cfile="/dev/null")
 
-    inner = run_inside(cpu_python, package_dir)
+    inner = run_inside(python, package_dir)
     assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]
 
     patched_tree = tree_digest(package_dir)

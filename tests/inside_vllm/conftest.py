@@ -23,8 +23,9 @@ if str(HERE) not in sys.path:  # ``import harness`` under any --import-mode
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Say which vLLM tree is under test, so a log shows what was really imported."""
-    import harness
     import vllm
+
+    import harness
 
     return [f"vllm {harness.vllm_version()} from {Path(vllm.__file__).parent}"]
 

@@ -310,9 +310,7 @@ class Stage:
         positions = torch.arange(NUM_TOKENS)
         if self.is_first_rank:
             return self.model.forward(input_ids, positions, None, hidden)
-        tensors = self.intermediate_tensors_class(
-            {"hidden_states": hidden, "residual": residual}
-        )
+        tensors = self.intermediate_tensors_class({"hidden_states": hidden, "residual": residual})
         return self.model.forward(input_ids, positions, tensors, None)
 
 

@@ -25,6 +25,7 @@ d. The speculative-config gate (``SpeculativeConfig._verify_args``) accepts Deep
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Sequence
 
 import pytest
@@ -93,6 +94,11 @@ def test_harness_builds_the_real_model() -> None:
         assert all(isinstance(stage.model.layers[i], module.PPMissingLayer) for i in range(4))
         assert isinstance(stage.model.embed_tokens, module.PPMissingLayer)
         assert isinstance(stage.model.norm, harness.StandInNorm)
+    # ``Stage.run`` passes these positionally; every release 0.8.5-0.17.1 has this order.
+    parameters = list(inspect.signature(module.DeepseekV2Model.forward).parameters)
+    assert parameters == [
+        "self", "input_ids", "positions", "intermediate_tensors", "inputs_embeds",
+    ]  # fmt: skip
 
 
 # --------------------------------------------------------------------------- b. forward

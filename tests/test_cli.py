@@ -297,3 +297,66 @@ def test_bad_drafter_configs_are_refused(release, tmp_path, content, message):
     assert completed.returncode == 1
     assert completed.stderr.count("\n") == 1 and str(config) in completed.stderr and message in completed.stderr
     assert not (package_dir / ".vllm-eagle3-patch").exists()
+
+
+@pytest.fixture(scope="session")
+def serving_venv(tmp_path_factory, cpu_python):
+    """A real virtual environment as a user has it: ``pip install --no-deps vllm==0.17.1``,
+    with torch and vLLM's Python requirements borrowed from the cached CPU interpreter
+    through a ``.pth`` file (installing them again would take minutes)."""
+    home = tmp_path_factory.mktemp("serving-venv")
+    venv.create(home, with_pip=True)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    borrowed = subprocess.run(
+        [cpu_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, "borrowed-cpu-torch.pth").write_text(borrowed + "\n")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "vllm==0.17.1"], check=True)
+    return python
+
+
+def test_verify_fails_unpatched_and_passes_patched_through_python(serving_venv):
+    python = str(serving_venv)
+    unpatched = run_cli("--python", python, "verify", "--json")
+    assert unpatched.returncode == 1
+    report = json.loads(unpatched.stdout)
+    assert report["imported"] is True and report["verified"] is False
+    failed = {c["name"] for c in report["checks"] if not c["ok"]}
+    assert "DeepseekV3ForCausalLM supports EAGLE-3" in failed
+    assert "DeepseekV2Model.forward captures ids 0, 3 and n" in failed
+
+    assert run_cli("--python", python, "apply", "-q").returncode == 0
+    try:
+        patched = run_cli("--python", python, "verify")
+        assert patched.returncode == 0, patched.stdout + patched.stderr
+        assert "verdict: PASS\n" in patched.stdout and "FAIL" not in patched.stdout
+        assert "\x1b[" not in patched.stdout
+    finally:
+        assert run_cli("--python", python, "revert", "-q").returncode == 0
+
+
+def test_verify_without_torch_falls_back_to_static_checks(venv_with_vllm):
+    python = str(venv_with_vllm / "bin" / "python")
+    completed = run_cli("--python", python, "verify")
+    assert completed.returncode == 1
+    assert "static checks only: torch/vLLM cannot be imported there" in completed.stdout
+    assert run_cli("--python", python, "apply", "-q").returncode == 0
+    try:
+        static_pass = run_cli("--python", python, "verify", "--json")
+        assert static_pass.returncode == 0
+        report = json.loads(static_pass.stdout)
+        assert report["imported"] is False and report["verified"] is True and "torch" in report["import_error"]
+    finally:
+        assert run_cli("--python", python, "revert", "-q").returncode == 0
+
+
+def test_status_check_exit_codes(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "status", "--check", "-q").returncode == 1
+    assert cli(package_dir, "apply", "-q").stdout == ""
+    checked = cli(package_dir, "status", "--check", "-q")
+    assert checked.returncode == 0 and checked.stdout == ""
+    assert cli(release("0.18.0"), "status", "--check", "-q").returncode == 0

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, layer_ids, render
+from . import __version__, changes, layer_ids, render, verify
 from .errors import ToolError
 from .locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import Plan, make_plan
@@ -80,8 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
     revert.add_argument("--force", action="store_true", help="restore originals even over files changed since apply")
     revert.set_defaults(run=run_revert)
 
-    for command in (status, diff, apply, revert):
+    check = commands.add_parser(
+        "verify",
+        help="import the patched vLLM in the target interpreter and exercise it on CPU (needs torch, no GPU)",
+    )
+    check.add_argument(
+        "--interpreter",
+        metavar="PATH",
+        help="the python that imports vLLM for the checks (default: --python's, else this one); "
+        "useful with --vllm-dir",
+    )
+    check.set_defaults(run=run_verify)
+
+    for command in (status, diff, apply, revert, check):
         command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        command.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code")
     return parser
 
 
@@ -102,7 +115,7 @@ def run_status(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args))
     if args.json:
         emit_json(render.status_data(plan))
-    else:
+    elif not args.quiet:
         render.print_status(plan)
     if args.check:
         return 0 if plan.state in (State.PATCHED, State.NATIVE) else 1
@@ -114,7 +127,7 @@ def run_diff(args: argparse.Namespace) -> int:
     diff = render.unified_diff(plan)
     if args.json:
         emit_json({**render.status_data(plan), "diff": diff})
-    elif diff:
+    elif diff and not args.quiet:
         render.print_diff(diff)
     return 0
 
@@ -125,7 +138,7 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         if args.json:
             emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
-        else:
+        elif not args.quiet:
             render.print_plan(plan)
         return 0
     return report(args, changes.apply(plan), plan)
@@ -136,10 +149,20 @@ def run_revert(args: argparse.Namespace) -> int:
     return report(args, changes.revert(plan, force=args.force), plan)
 
 
+def run_verify(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args))
+    report = verify.verify(plan, args.interpreter or args.python)
+    if args.json:
+        emit_json({**render.status_data(plan), **render.verify_data(report)})
+    elif not args.quiet:
+        render.print_verify(report)
+    return 0 if report.ok else 1
+
+
 def report(args: argparse.Namespace, outcome: changes.Outcome, plan: Plan) -> int:
     if args.json:
         emit_json({"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(plan.install.package_dir)})
-    else:
+    elif not args.quiet:
         print(outcome.message)
     return 0
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any, TextIO
 
 from .plan import Plan
+from .verify import Report
 from .target import State
 
 _STATE_STYLE = {
@@ -94,3 +95,37 @@ def print_plan(plan: Plan, stream: TextIO = sys.stdout) -> None:
     for file in plan.files:
         action = "would patch" if file.changes else f"leave ({file.state.value})"
         stream.write(f"{action:<20} {file.path}\n")
+
+
+def verify_data(report: Report) -> dict[str, Any]:
+    """The ``verify --json`` fields (added to the status object)."""
+    return {
+        "verified": report.ok,
+        "imported": report.imported,
+        "import_error": report.import_error,
+        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
+    }
+
+
+def verify_verdict(report: Report) -> str:
+    if not report.imported:
+        scope = f"static checks only: torch/vLLM cannot be imported there ({report.import_error})"
+        return f"{'PASS' if report.ok else 'FAIL'} ({scope})"
+    return "PASS" if report.ok else "FAIL"
+
+
+def print_verify(report: Report, stream: TextIO = sys.stdout) -> None:
+    if not use_colour(stream):
+        for check in report.checks:
+            stream.write(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}\n")
+        stream.write(f"verdict: {verify_verdict(report)}\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream)
+    table = Table("check", "result", "detail")
+    for check in report.checks:
+        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]FAIL[/]", check.detail)
+    console.print(table)
+    console.print(f"verdict: [{'green' if report.ok else 'red'}]{verify_verdict(report)}[/]")

@@ -1,0 +1,85 @@
+"""``verify``: prove the patch in the user's own environment before spending GPU hours.
+
+The checks run in the target interpreter (``--python``, or this one), in a subprocess,
+because only that interpreter has the torch and vLLM to import.  Where they cannot be
+imported, the verdict falls back to the static plan and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from . import verify_probe
+from .errors import ToolError
+from .plan import Plan
+from .target import State
+
+TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    imported: bool
+    """False: torch or vLLM could not be imported there; only the static checks ran."""
+    import_error: Optional[str] = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(check.ok for check in self.checks)
+
+
+def verify(plan: Plan, python: Optional[str]) -> Report:
+    static = static_checks(plan)
+    probe = run_probe(plan, python or sys.executable)
+    if not probe.get("importable"):
+        return Report(static, imported=False, import_error=probe.get("error"))
+    dynamic = tuple(Check(c["name"], c["ok"], c["detail"]) for c in probe["checks"])
+    return Report(static + dynamic, imported=True)
+
+
+def static_checks(plan: Plan) -> tuple[Check, ...]:
+    """One check per target file: patched or native is a pass."""
+    return tuple(
+        Check(f"{f.path} is patched or native", f.state in (State.PATCHED, State.NATIVE), f"{f.state.value}: {f.reason}")
+        for f in plan.files
+    )
+
+
+def run_probe(plan: Plan, python: str) -> dict:
+    ids = ",".join(map(str, plan.options.aux_layers)) if plan.options.aux_layers is not None else ""
+    env = dict(os.environ)
+    # The vLLM under test comes first, whichever way it was found.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plan.install.root), env.get("PYTHONPATH")) if p)
+    env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    try:
+        completed = subprocess.run(
+            [python, str(Path(verify_probe.__file__)), ids],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=TIMEOUT_SECONDS,
+            cwd=plan.install.root,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ToolError(f"{python}: cannot run the checks ({error})") from None
+    lines = completed.stdout.strip().splitlines()
+    try:
+        return json.loads(lines[-1])
+    except (IndexError, ValueError):
+        last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"importable": False, "error": f"the check process failed: {last}"}

@@ -167,7 +167,7 @@ def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     from vllm_eagle3_patch import changes
     from vllm_eagle3_patch.errors import ToolError
     from vllm_eagle3_patch.locate import from_package_dir
-    from vllm_eagle3_patch.plan import make_plan
+    from vllm_eagle3_patch.target import Options
 
     package_dir = release("0.11.0")
     untouched = tree_digest(package_dir.parent)
@@ -180,7 +180,7 @@ def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
 
     monkeypatch.setattr(changes, "write_atomically", fail_on_gate)
     with pytest.raises(ToolError, match="speculative.py: cannot write .No space left on device.; every file"):
-        changes.apply(make_plan(from_package_dir(package_dir)))
+        changes.apply(from_package_dir(package_dir), Options())
     assert tree_digest(package_dir.parent) == untouched
 
 

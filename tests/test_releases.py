@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import py_compile
 
 import pytest
 
@@ -41,7 +40,8 @@ def test_patch_verify_revert(version, interpreter, release, request):
     assert after["state"] == "patched", after
     for target in after["targets"]:
         assert target["state"] in ("patched", "native"), target
-        py_compile.compile(str(package_dir / target["file"]), doraise=True, cfile="/dev/null")
+        path = package_dir / target["file"]
+        compile(path.read_bytes(), str(path), "exec")
 
     inner = run_inside(python, package_dir)
     assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]

@@ -8,6 +8,7 @@ replaced atomically.  A failure rolls back the files already written.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -19,8 +20,9 @@ from . import __version__
 from .errors import ToolError
 from .fileio import drop_bytecode, write_atomically
 from .manifest import FileRecord, Manifest, StateDir, sha256
-from .plan import Plan
-from .target import State
+from .locate import VllmInstall
+from .plan import Plan, make_plan
+from .target import Options, State
 
 LOCK_WAIT_SECONDS = 10.0
 
@@ -35,69 +37,102 @@ class Outcome:
 
 @contextmanager
 def locked(state_dir: StateDir) -> Iterator[None]:
-    """One ``apply``/``revert`` at a time per vLLM package; a second waits briefly, then refuses."""
-    state_dir.path.mkdir(parents=True, exist_ok=True)
+    """One ``apply``/``revert`` at a time per vLLM package; a second waits briefly, then refuses.
+
+    ``revert`` deletes the state directory, lock file included, while holding the lock; a
+    waiter that then gets the lock of a deleted file starts over with the new one.
+    """
     lock_path = state_dir.path / "lock"
-    with open(lock_path, "a+b") as handle:
-        deadline = time.monotonic() + LOCK_WAIT_SECONDS
-        while True:
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        state_dir.path.mkdir(parents=True, exist_ok=True)
+        with open(lock_path, "a+b") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise ToolError(f"{lock_path}: another vllm-eagle3-patch is working on this vLLM") from None
                 time.sleep(0.1)
-        yield
+                continue
+            if lock_path.exists() and os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino:
+                yield
+                return
 
 
-def apply(plan: Plan) -> Outcome:
+def apply(install: VllmInstall, options: Options) -> Outcome:
+    """Patch every target file, or refuse with nothing written."""
+    plan = make_plan(install, options)
+    _refuse_unless_applicable(plan)
+    if plan.changes:
+        with locked(StateDir(install.package_dir)):
+            plan = make_plan(install, options)  # again under the lock: another run may have finished meanwhile
+            _refuse_unless_applicable(plan)
+            if plan.changes:
+                return _write_patches(plan)
+    if plan.state is State.NATIVE:
+        return Outcome(f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do")
+    return Outcome(f"vLLM {install.version} is already patched; nothing to do")
+
+
+def _refuse_unless_applicable(plan: Plan) -> None:
     if plan.state is State.UNSUPPORTED:
         raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
     if plan.state is State.MODIFIED:
         path = _first(plan, State.MODIFIED)
         raise ToolError(f"{plan.install.package_dir / path}; run `revert --force` first. Nothing was changed")
-    changes = plan.changes
-    if not changes:
-        if plan.state is State.NATIVE:
-            return Outcome(f"vLLM {plan.install.version} supports EAGLE-3 for DeepSeek natively; nothing to do")
-        return Outcome(f"vLLM {plan.install.version} is already patched; nothing to do")
+
+
+def _write_patches(plan: Plan) -> Outcome:
+    """Backups, then the manifest (both hashes of every file it names), then the files."""
     state_dir = StateDir(plan.install.package_dir)
-    with locked(state_dir):
-        previous = plan.manifest
-        records = dict(previous.files) if previous else {}
-        for change in changes:
-            assert change.original is not None and change.desired is not None
-            if change.path not in records or records[change.path].sha256_before != sha256(change.original):
-                state_dir.save_backup(change.path, change.original)
-            records[change.path] = FileRecord(sha256(change.original), sha256(change.desired))
-        state_dir.save(
-            Manifest(
-                tool_version=__version__,
-                vllm_version=plan.install.version,
-                aux_layers=plan.options.aux_layers,
-                files=records,
-            )
+    previous = plan.manifest
+    records = {}
+    for file in plan.files:
+        if file.changes:
+            assert file.original is not None and file.desired is not None
+            record = FileRecord(sha256(file.original), sha256(file.desired))
+            if not _backup_holds(state_dir, previous, file.path, record):
+                state_dir.save_backup(file.path, file.original)
+            records[file.path] = record
+        elif previous and file.path in previous.files and file.state is State.PATCHED:
+            records[file.path] = previous.files[file.path]
+    state_dir.save(
+        Manifest(
+            tool_version=__version__,
+            vllm_version=plan.install.version,
+            aux_layers=plan.options.aux_layers,
+            files=records,
         )
-        _replace_all(
-            plan.install.package_dir,
-            [(c.path, c.desired, c.current) for c in changes],  # type: ignore[misc]
-            on_failure=lambda: _restore_manifest(state_dir, previous),
-        )
+    )
+    changes = plan.changes
+    _replace_all(
+        plan.install.package_dir,
+        [(c.path, c.desired, c.current) for c in changes],  # type: ignore[misc]
+        on_failure=lambda: _restore_manifest(state_dir, previous),
+    )
+    for stale in set(previous.files if previous else ()) - set(records):
+        state_dir.backup_path(stale).unlink(missing_ok=True)
     names = tuple(c.path for c in changes)
     return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}", names)
 
 
-def revert(plan: Plan, force: bool = False) -> Outcome:
-    manifest = plan.manifest
-    if manifest is None:
+def _backup_holds(state_dir: StateDir, manifest: Optional[Manifest], path: str, record: FileRecord) -> bool:
+    known = manifest.files.get(path) if manifest else None
+    return known is not None and known.sha256_before == record.sha256_before and state_dir.backup_path(path).exists()
+
+
+def revert(install: VllmInstall, force: bool = False) -> Outcome:
+    """Put back the original bytes of every file the manifest names, then remove the state."""
+    state_dir = StateDir(install.package_dir)
+    if state_dir.load() is None:
         return Outcome("nothing to revert: no vllm-eagle3-patch manifest in this vLLM")
-    state_dir = StateDir(plan.install.package_dir)
-    package_dir = plan.install.package_dir
     with locked(state_dir):
+        manifest = state_dir.load()  # again under the lock
+        if manifest is None:
+            return Outcome("nothing to revert: no vllm-eagle3-patch manifest in this vLLM")
         restores = []
         for path, record in manifest.files.items():
-            target = package_dir / path
+            target = install.package_dir / path
             current = target.read_bytes() if target.exists() else b""
             digest = sha256(current)
             if digest == record.sha256_before:
@@ -105,10 +140,10 @@ def revert(plan: Plan, force: bool = False) -> Outcome:
             if digest != record.sha256_after and not force:
                 raise ToolError(f"{target}: changed since apply; not reverting (use --force to restore the original)")
             restores.append((path, state_dir.read_backup(path, record), current))
-        _replace_all(package_dir, restores, on_failure=lambda: None)
+        _replace_all(install.package_dir, restores, on_failure=lambda: None)
         shutil.rmtree(state_dir.path)
     names = tuple(path for path, _, _ in restores)
-    return Outcome(f"restored {len(names)} original file(s) of vLLM {plan.install.version}", names)
+    return Outcome(f"restored {len(names)} original file(s) of vLLM {install.version}", names)
 
 
 def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_failure) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 from . import __version__, changes, layer_ids, render, verify
 from .errors import ToolError
 from .locate import VllmInstall, from_interpreter, from_package_dir
-from .plan import Plan, make_plan
+from .plan import make_plan
 from .target import Options, State
 
 PROG = "vllm-eagle3-patch"
@@ -134,19 +134,20 @@ def run_diff(args: argparse.Namespace) -> int:
 
 def run_apply(args: argparse.Namespace) -> int:
     aux_layers = layer_ids.from_drafter(args.aux_layers_from) if args.aux_layers_from else args.aux_layers
-    plan = make_plan(find_install(args), Options(aux_layers=aux_layers))
+    install, options = find_install(args), Options(aux_layers=aux_layers)
     if args.dry_run:
+        plan = make_plan(install, options)
         if args.json:
             emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
         elif not args.quiet:
             render.print_plan(plan)
         return 0
-    return report(args, changes.apply(plan), plan)
+    return report(args, changes.apply(install, options), install)
 
 
 def run_revert(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args))
-    return report(args, changes.revert(plan, force=args.force), plan)
+    install = find_install(args)
+    return report(args, changes.revert(install, force=args.force), install)
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -159,9 +160,9 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def report(args: argparse.Namespace, outcome: changes.Outcome, plan: Plan) -> int:
+def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:
     if args.json:
-        emit_json({"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(plan.install.package_dir)})
+        emit_json({"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)})
     elif not args.quiet:
         print(outcome.message)
     return 0

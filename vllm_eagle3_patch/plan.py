@@ -50,7 +50,10 @@ class Plan:
 
     @property
     def reason(self) -> str:
-        return overall_state(self.files)[1]
+        reason = overall_state(self.files)[1]
+        if self.manifest and self.manifest.vllm_version != self.install.version:
+            reason += f" (the manifest is stale: written for vLLM {self.manifest.vllm_version})"
+        return reason
 
     @property
     def changes(self) -> tuple[FilePlan, ...]:
@@ -113,8 +116,8 @@ def _plan_file(
             return FilePlan(path, target.name, State.MODIFIED, "changed since vllm-eagle3-patch applied it", current)
         return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
     reason = verdict.reason
-    if record is not None and digest != record.sha256_before:
-        reason += " (manifest is stale: the file was replaced since apply, e.g. by a reinstall)"
+    if record is not None:
+        reason += " (the manifest is stale: vLLM's file was reinstalled or replaced since apply)"
     return FilePlan(path, target.name, verdict.state, reason, current, current, _encode(verdict.patched))
 
 

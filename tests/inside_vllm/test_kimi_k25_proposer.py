@@ -1,4 +1,4 @@
-"""The EAGLE proposer gives the drafter Kimi-K2.5's media token (patched ``v1/spec_decode/eagle.py``).
+"""Patched ``v1/spec_decode/eagle.py``: the EAGLE drafter gets Kimi-K2.5's media token.
 
 When the target is multimodal, ``load_model`` copies the target's image token id into the
 drafter's ``config.image_token_index``, choosing the field by the target's class name.

@@ -120,3 +120,34 @@ def run_inside(python: Path, package_dir: Path, *pytest_args: str) -> subprocess
         env=env,
         cwd=package_dir.parent,
     )
+
+
+@pytest.fixture(scope="session")
+def venv_with_vllm(tmp_path_factory):
+    """A real virtual environment holding ``pip install --no-deps vllm==0.17.1``."""
+    home = tmp_path_factory.mktemp("venv-with-vllm")
+    venv.create(home, with_pip=True)
+    subprocess.run(
+        [home / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "vllm==0.17.1"],
+        check=True,
+    )
+    return home
+
+
+@pytest.fixture(scope="session")
+def serving_venv(tmp_path_factory, cpu_python):
+    """A real virtual environment as a user has it: ``pip install --no-deps vllm==0.17.1``,
+    with torch and vLLM's Python requirements borrowed from the cached CPU interpreter
+    through a ``.pth`` file (installing them again would take minutes)."""
+    home = tmp_path_factory.mktemp("serving-venv")
+    venv.create(home, with_pip=True)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    borrowed = subprocess.run(
+        [cpu_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, "borrowed-cpu-torch.pth").write_text(borrowed + "\n")
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "vllm==0.17.1"], check=True)
+    return python

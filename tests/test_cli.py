@@ -227,18 +227,6 @@ def test_not_a_vllm_directory(tmp_path):
     assert completed.stderr == f"vllm-eagle3-patch: error: {tmp_path}: not a vllm package directory (expected {tmp_path / '__init__.py'})\n"
 
 
-@pytest.fixture(scope="session")
-def venv_with_vllm(tmp_path_factory):
-    """A real virtual environment holding ``pip install --no-deps vllm==0.17.1``."""
-    home = tmp_path_factory.mktemp("venv-with-vllm")
-    venv.create(home, with_pip=True)
-    subprocess.run(
-        [home / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "vllm==0.17.1"],
-        check=True,
-    )
-    return home
-
-
 def test_python_option_finds_the_vllm_of_another_environment(venv_with_vllm):
     python = venv_with_vllm / "bin" / "python"
     report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
@@ -297,25 +285,6 @@ def test_bad_drafter_configs_are_refused(release, tmp_path, content, message):
     assert completed.returncode == 1
     assert completed.stderr.count("\n") == 1 and str(config) in completed.stderr and message in completed.stderr
     assert not (package_dir / ".vllm-eagle3-patch").exists()
-
-
-@pytest.fixture(scope="session")
-def serving_venv(tmp_path_factory, cpu_python):
-    """A real virtual environment as a user has it: ``pip install --no-deps vllm==0.17.1``,
-    with torch and vLLM's Python requirements borrowed from the cached CPU interpreter
-    through a ``.pth`` file (installing them again would take minutes)."""
-    home = tmp_path_factory.mktemp("serving-venv")
-    venv.create(home, with_pip=True)
-    python = home / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-    ).stdout.strip()
-    borrowed = subprocess.run(
-        [cpu_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-    ).stdout.strip()
-    Path(site, "borrowed-cpu-torch.pth").write_text(borrowed + "\n")
-    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "vllm==0.17.1"], check=True)
-    return python
 
 
 def test_verify_fails_unpatched_and_passes_patched_through_python(serving_venv):

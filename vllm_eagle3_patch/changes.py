@@ -141,6 +141,7 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
                 raise ToolError(f"{target}: changed since apply; not reverting (use --force to restore the original)")
             restores.append((path, state_dir.read_backup(path, record), current))
         _replace_all(install.package_dir, restores, on_failure=lambda: None)
+        state_dir.manifest_path.unlink()  # first: backups without a manifest are harmless leftovers
         shutil.rmtree(state_dir.path)
     names = tuple(path for path, _, _ in restores)
     return Outcome(f"restored {len(names)} original file(s) of vLLM {install.version}", names)

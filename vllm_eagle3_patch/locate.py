@@ -32,7 +32,7 @@ class VllmInstall:
 
 def from_package_dir(directory: Path) -> VllmInstall:
     """A ``vllm`` directory given by the user; the release comes from the dist-info beside it."""
-    directory = Path(directory).absolute()
+    directory = Path(directory).resolve()  # through symlinks: the dist-info sits beside the real one
     if not (directory / "__init__.py").is_file():
         raise ToolError(f"{directory}: not a vllm package directory (expected {directory / '__init__.py'})")
     return VllmInstall(directory, _version_beside(directory))
@@ -48,7 +48,7 @@ def from_interpreter(python: str | None = None) -> VllmInstall:
         where = f"the sys.path of {python}"
     if not found.get("location"):
         raise ToolError(f"no vllm package found on {where} (use --vllm-dir DIR to name one)")
-    directory = Path(found["location"]).absolute()
+    directory = Path(found["location"]).resolve()
     return VllmInstall(directory, _version_beside(directory, fallback=found.get("version")))
 
 

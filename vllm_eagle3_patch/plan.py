@@ -117,7 +117,7 @@ def _plan_file(
         return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
     reason = verdict.reason
     if record is not None:
-        reason += " (the manifest is stale: vLLM's file was reinstalled or replaced since apply)"
+        reason += " (the manifest is stale: this is not the file apply wrote; reinstalled?)"
     return FilePlan(path, target.name, verdict.state, reason, current, current, _encode(verdict.patched))
 
 

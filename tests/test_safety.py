@@ -1,0 +1,237 @@
+"""Never half-patched, never lost: real signals, real concurrent processes, real reinstalls."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import record_mismatches, run_cli, tree_digest
+
+DEEPSEEK = "model_executor/models/deepseek_v2.py"
+
+
+def cli(package_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_cli("--vllm-dir", str(package_dir), *args)
+
+
+def state(package_dir: Path) -> dict:
+    completed = cli(package_dir, "status", "--json")
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def file_versions(package_dir: Path, originals: dict[str, str], patched: dict[str, str]) -> dict[str, str]:
+    """For every target file: "original" or "patched" by hash, or "BROKEN"."""
+    versions = {}
+    for path in originals:
+        digest = tree_digest(package_dir).get(path)
+        versions[path] = "original" if digest == originals[path] else "patched" if digest == patched[path] else "BROKEN"
+    return versions
+
+
+def spawn(package_dir: Path, command: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def kill_when(process: subprocess.Popen, ready, timeout: float = 60.0) -> None:
+    """SIGKILL ``process`` the moment ``ready()`` turns true (or when it exits by itself)."""
+    deadline = time.monotonic() + timeout
+    while not ready() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_kill_9_at_any_moment_leaves_whole_files_and_a_truthful_status(release):
+    package_dir = release("0.16.0")  # four target files
+    targets = [t["file"] for t in state(package_dir)["targets"]]
+    before = tree_digest(package_dir)
+    started = time.monotonic()
+    assert cli(package_dir, "apply").returncode == 0
+    duration = time.monotonic() - started
+    after = tree_digest(package_dir)
+    assert cli(package_dir, "revert").returncode == 0
+    originals = {p: before[p] for p in targets}
+    patched = {p: after[p] for p in targets}
+    manifest = package_dir / ".vllm-eagle3-patch" / "manifest.json"
+    first_target = package_dir / targets[0]
+
+    rng = random.Random(20261130)
+    moments = [
+        ("apply", lambda: manifest.exists()),  # between the manifest and the files
+        ("apply", lambda: sha256_of(first_target) == patched[targets[0]]),  # after the first file
+        ("revert", lambda: not manifest.exists()),  # after the files, while the state dir goes
+        *[(command, rng.uniform(0.1, 1.2) * duration) for command in ("apply", "revert") * 4],
+    ]
+    seen = set()
+    for attempt, (command, moment) in enumerate(moments):
+        if command == "revert" and not manifest.exists():
+            assert cli(package_dir, "apply").returncode == 0
+        if command == "apply" and state(package_dir)["state"] == "patched":
+            assert cli(package_dir, "revert").returncode == 0
+        process = spawn(package_dir, command)
+        if callable(moment):
+            kill_when(process, moment)
+        else:
+            time.sleep(moment)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+        versions = file_versions(package_dir, originals, patched)
+        assert "BROKEN" not in versions.values(), (attempt, command, versions)
+        seen.add(tuple(sorted(versions.values())))
+        report = state(package_dir)
+        for target in report["targets"]:
+            expected = {"original": "unpatched", "patched": "patched"}[versions[target["file"]]]
+            assert target["state"] == expected, (attempt, command, target, versions)
+    assert len(seen) >= 2, f"the kills never landed between two states: {seen}"
+
+    assert cli(package_dir, "apply").returncode == 0
+    assert state(package_dir)["state"] == "patched"
+    assert cli(package_dir, "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
+
+
+def test_a_second_run_waits_for_the_lock_then_refuses(release):
+    package_dir = release("0.17.1")
+    lock_dir = package_dir / ".vllm-eagle3-patch"
+    lock_dir.mkdir()
+    with open(lock_dir / "lock", "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        untouched = tree_digest(package_dir)
+        started = time.monotonic()
+        completed = cli(package_dir, "apply")
+        waited = time.monotonic() - started
+    assert completed.returncode == 1
+    assert "another vllm-eagle3-patch is working on this vLLM" in completed.stderr
+    assert waited >= 9, "it should have waited for the lock"
+    assert tree_digest(package_dir) == untouched
+
+
+def test_concurrent_applies_and_reverts_never_interleave(release):
+    package_dir = release("0.17.1")
+    for command in ("apply", "revert"):
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        outputs = [p.communicate() for p in processes]
+        assert [p.returncode for p in processes] == [0, 0, 0], outputs
+        if command == "apply":
+            assert sum("patched 4 file(s)" in out for out, _ in outputs) == 1, outputs
+            assert state(package_dir)["state"] == "patched"
+    assert record_mismatches(package_dir) == []
+    assert not (package_dir / ".vllm-eagle3-patch").exists()
+
+
+@pytest.mark.parametrize("mode", ["checked-hash", "unchecked-hash", "timestamp"])
+def test_python_runs_the_new_code_whatever_the_bytecode_cache(release, cpu_python, mode):
+    package_dir = release("0.17.1")
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", "--invalidation-mode", mode, str(package_dir / "model_executor")],
+        check=True,
+    )
+    probe = (
+        "import vllm.model_executor.models.deepseek_v2 as m; "
+        "print(hasattr(m.DeepseekV2ForCausalLM, 'get_eagle3_aux_hidden_state_layers'))"
+    )
+
+    def has_methods() -> str:
+        env = {**os.environ, "PYTHONPATH": str(package_dir.parent), "VLLM_LOGGING_LEVEL": "ERROR"}
+        completed = subprocess.run([cpu_python, "-c", probe], capture_output=True, text=True, env=env)
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        return completed.stdout.strip().splitlines()[-1]
+
+    assert has_methods() == "False"
+    assert cli(package_dir, "apply").returncode == 0
+    assert has_methods() == "True"
+    assert cli(package_dir, "revert").returncode == 0
+    assert has_methods() == "False"
+
+
+def test_mode_line_endings_and_symlinked_package_dir(release, tmp_path):
+    package_dir = release("0.17.1")
+    target = package_dir / DEEPSEEK
+    crlf = target.read_bytes().replace(b"\n", b"\r\n")
+    target.write_bytes(crlf)
+    target.chmod(0o640)
+    link = tmp_path / "vllm"
+    link.symlink_to(package_dir, target_is_directory=True)
+
+    assert cli(link, "apply").returncode == 0
+    patched = target.read_bytes()
+    assert b"vllm-eagle3-patch" in patched
+    assert patched.count(b"\n") == patched.count(b"\r\n"), "a line lost its CRLF"
+    assert (target.stat().st_mode & 0o777) == 0o640
+    assert state(link)["vllm_version"] == "0.17.1"
+    assert cli(link, "revert").returncode == 0
+    assert target.read_bytes() == crlf
+
+
+def test_nothing_is_written_outside_the_package_and_the_state_dir(release):
+    package_dir = release("0.17.1")
+    outside = tree_digest(package_dir.parent / "vllm-0.17.1.dist-info")
+    before = tree_digest(package_dir)
+    assert cli(package_dir, "apply").returncode == 0
+    after = tree_digest(package_dir)
+    changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+    targets = {t["file"] for t in state(package_dir)["targets"] if t["state"] == "patched"}
+    assert {p for p in changed if not p.startswith(".vllm-eagle3-patch/")} == targets
+    assert tree_digest(package_dir.parent / "vllm-0.17.1.dist-info") == outside
+
+
+def test_a_backup_that_no_longer_matches_is_never_restored(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply").returncode == 0
+    backup = package_dir / ".vllm-eagle3-patch" / "backups" / DEEPSEEK
+    backup.write_text(backup.read_text() + "# tampered\n")
+    patched_tree = tree_digest(package_dir)
+    completed = cli(package_dir, "revert", "--force")
+    assert completed.returncode == 1
+    assert "no longer matches the manifest" in completed.stderr and completed.stderr.count("\n") == 1
+    assert tree_digest(package_dir) == patched_tree
+
+
+def test_reinstall_and_upgrade_over_a_patched_vllm(venv_with_vllm):
+    python = str(venv_with_vllm / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--quiet", "--no-deps"]
+    assert run_cli("--python", python, "apply", "-q").returncode == 0
+
+    subprocess.run([*pip, "--force-reinstall", "vllm==0.17.1"], check=True)
+    report = json.loads(run_cli("--python", python, "status", "--json").stdout)
+    assert report["state"] == "unpatched"
+    assert "manifest is stale" in report["targets"][0]["reason"]
+    assert run_cli("--python", python, "apply", "-q").returncode == 0
+    assert json.loads(run_cli("--python", python, "status", "--json").stdout)["state"] == "patched"
+
+    subprocess.run([*pip, "vllm==0.17.0"], check=True)
+    report = json.loads(run_cli("--python", python, "status", "--json").stdout)
+    assert report["vllm_version"] == "0.17.0" and report["state"] == "unpatched"
+    assert "written for vLLM 0.17.1" in report["reason"]
+    assert run_cli("--python", python, "apply", "-q").returncode == 0
+    assert run_cli("--python", python, "revert", "-q").returncode == 0
+    assert record_mismatches(Path(report["vllm_dir"])) == []
+
+    subprocess.run([*pip, "vllm==0.17.1"], check=True)  # leave the shared environment as it was

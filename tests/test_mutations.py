@@ -1,0 +1,257 @@
+"""Property tests: mutate the real ``deepseek_v2.py`` of several releases; the tool either
+writes a patch that compiles and behaves, or refuses. Never a broken file.
+
+The behaviour check runs the *patched* ``DeepseekV2Model.forward`` itself, lifted out of
+the file, on plain numbers with stand-in layers (no torch needed), against a reference.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+import types
+from itertools import islice
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from vllm_eagle3_patch.patches.deepseek_v2 import TARGET
+from vllm_eagle3_patch.target import Options, State
+from wheel_corpus import release_tree
+
+RELEASES = ("0.10.1", "0.13.0", "0.17.1")
+PATH = "model_executor/models/deepseek_v2.py"
+
+
+def read_release(version: str):
+    package_dir = release_tree(version) / "vllm"
+
+    def read(relative: str):
+        path = package_dir / relative
+        return path.read_text() if path.exists() else None
+
+    return read
+
+
+READERS = {version: read_release(version) for version in RELEASES}
+SOURCES = {version: READERS[version](PATH) for version in RELEASES}
+LOOP = re.compile(r"^([ \t]+)for layer in (islice\(self\.layers, self\.start_layer, self\.end_layer\)|self\.layers\[self\.start_layer:self\.end_layer\]):$", re.M)
+
+
+def forward_block(source: str) -> tuple[int, int]:
+    """The character span of ``DeepseekV2Model.forward`` in ``source``."""
+    start = source.index("class DeepseekV2Model(")
+    body = re.compile(r"^[ \t]+def forward\(", re.M).search(source, start).start()
+    end = source.index("\nclass ", body)
+    return body, end
+
+
+def need(condition: bool) -> None:
+    """Discard a generated case whose mutation does not apply to this release's text."""
+    if not condition:
+        assume(False)
+
+
+# Mutations a file might really go through (a local patch, a formatter, an editor), each
+# either harmless to the codemod or a structure it must refuse.
+def rename_loop_variable(s: str) -> str:
+    match = LOOP.search(s)
+    need(match is not None)
+    body, end = forward_block(s)
+    block = re.sub(r"\blayer\b", "block", s[body:end])
+    return s[:body] + block + s[end:]
+
+
+def comment_and_blank_lines_in_forward(s: str) -> str:
+    match = LOOP.search(s)
+    need(match is not None)
+    indent = match.group(1)
+    return s[: match.start()] + f"{indent}# run the decoder layers\n\n" + s[match.start() :]
+
+
+def crlf(s: str) -> str:
+    return s.replace("\n", "\r\n")
+
+
+def tabs(s: str) -> str:
+    return re.sub(r"^((?:    )+)", lambda m: "\t" * (len(m.group(1)) // 4), s, flags=re.M)
+
+
+def decorate_causal_lm(s: str) -> str:
+    return s.replace("\nclass DeepseekV2ForCausalLM(", "\n@(lambda cls: cls)\nclass DeepseekV2ForCausalLM(", 1)
+
+
+def reorder_bases(s: str) -> str:
+    match = re.search(r"class DeepseekV2ForCausalLM\(([^)]*)\):", s)
+    need(match is not None)
+    bases = [b.strip() for b in match.group(1).split(",") if b.strip()]
+    need(len(bases) >= 3)
+    reordered = [bases[0], *reversed(bases[1:])]
+    return s[: match.start(1)] + ", ".join(reordered) + s[match.end(1) :]
+
+
+def reshape_interfaces_import(s: str) -> str:
+    match = re.search(r"^from \.interfaces import ([^(\n]+)$", s, re.M)
+    need(match is not None)
+    names = [n.strip() for n in match.group(1).split(",")]
+    block = "from .interfaces import (\n" + "".join(f"    {n},\n" for n in names) + ")"
+    return s[: match.start()] + block + s[match.end() :]
+
+
+def duplicate_model_class(s: str) -> str:
+    return s + "\n\nclass DeepseekV2Model:\n    pass\n"
+
+
+def remove_loop(s: str) -> str:
+    match = LOOP.search(s)
+    need(match is not None)
+    return s[: match.start()] + f"{match.group(1)}for layer in self.layers:" + s[match.end() :]
+
+
+def nest_loop(s: str) -> str:
+    match = LOOP.search(s)
+    need(match is not None)
+    indent = match.group(1)
+    line_end = s.index("\n", match.end())
+    body_end = s.index("\n\n", line_end)
+    loop = s[match.start() : body_end]
+    unit = "\t" if indent.startswith("\t") else "    "
+    nested = f"{indent}if True:\n" + textwrap.indent(loop, unit)
+    return s[: match.start()] + nested + s[body_end:]
+
+
+def rename_norm(s: str) -> str:
+    body, end = forward_block(s)
+    return s[:body] + s[body:end].replace("self.norm(", "self.final_norm(") + s[end:]
+
+
+HARMLESS = [
+    rename_loop_variable,
+    comment_and_blank_lines_in_forward,
+    crlf,
+    tabs,
+    decorate_causal_lm,
+    reorder_bases,
+    reshape_interfaces_import,
+]
+REFUSED = [duplicate_model_class, remove_loop, nest_loop, rename_norm]
+
+
+# ---------------------------------------------------------------- running the patched forward
+
+
+class _StripAnnotations(ast.NodeTransformer):
+    """Annotations name torch types; the lifted function must run without torch."""
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        for arg in [*node.args.args, *node.args.kwonlyargs]:
+            arg.annotation = None
+        self.generic_visit(node)
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is None:
+            return ast.Pass()
+        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+
+def lift_forward(source: str):
+    """``DeepseekV2Model.forward`` of ``source`` as a plain function, its globals stubbed."""
+    tree = ast.parse(source.replace("\r\n", "\n").expandtabs(4))
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV2Model")
+    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    module = ast.fix_missing_locations(ast.Module(body=[_StripAnnotations().visit(forward)], type_ignores=[]))
+    namespace = {"islice": islice, "IntermediateTensors": dict, "get_pp_group": None}
+    exec(compile(module, "<forward>", "exec"), namespace)  # noqa: S102 - code we just patched
+    return namespace
+
+
+def run(namespace, ids, start, end, first, last, n_layers=8):
+    """The lifted forward on numbers: layer i maps (h, r) to (h * (i + 2), (r or 0) + h)."""
+
+    def layer(index):
+        return lambda positions, h, r, *extra: (h * (index + 2), h if r is None else r + h)
+
+    group = types.SimpleNamespace(is_first_rank=first, is_last_rank=last)
+    namespace["get_pp_group"] = lambda: group
+    model = types.SimpleNamespace(
+        layers=[layer(i) for i in range(n_layers)],
+        start_layer=start,
+        end_layer=end,
+        norm=lambda h, r: (h + r, None),
+        config=types.SimpleNamespace(),
+        aux_hidden_state_layers=ids,
+        embed_input_ids=lambda input_ids: 1.0,
+    )
+    state = None if first else {"hidden_states": 3.0, "residual": 5.0}
+    return namespace["forward"](model, None, None, state, 1.0 if first else None)
+
+
+def reference(ids, start, end, first, last):
+    h, r = (1.0, None) if first else (3.0, 5.0)
+    captured = []
+    for index in range(start, end):
+        if index in ids:
+            captured.append(h if r is None else h + r)
+        h, r = h * (index + 2), (h if r is None else r + h)
+    if not last:
+        return {"hidden_states": h, "residual": r}
+    if end in ids:
+        captured.append(h + r)
+    return (h + r, captured) if captured else h + r
+
+
+STAGES = [(0, 8, True, True), (0, 4, True, False), (4, 8, False, True), (2, 6, False, False)]
+
+
+def assert_behaves(patched: str) -> None:
+    namespace = lift_forward(patched)
+    for start, end, first, last in STAGES:
+        for ids in [(), (0,), (0, 3, 8), (8, 1), (5,), (4,), (6,)]:
+            assert run(namespace, ids, start, end, first, last) == reference(ids, start, end, first, last), (ids, start, end)
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    version=st.sampled_from(RELEASES),
+    mutations=st.lists(st.sampled_from(HARMLESS + REFUSED), min_size=1, max_size=3, unique=True),
+)
+def test_mutated_sources_are_patched_correctly_or_refused(version, mutations):
+    source = SOURCES[version]
+    for mutate in sorted(mutations, key=lambda m: m is crlf):  # the others write "\n"
+        source = mutate(source)
+    verdict = TARGET.examine(source, READERS[version], Options())
+    if verdict.state is State.UNSUPPORTED:
+        assert verdict.patched is None and verdict.reason
+        return
+    assert verdict.state is State.UNPATCHED, verdict
+    assert not any(m in REFUSED for m in mutations), f"{[m.__name__ for m in mutations]} should have been refused"
+    compile(verdict.patched, PATH, "exec")
+    assert_behaves(verdict.patched)
+    assert TARGET.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
+    if crlf in mutations:
+        assert verdict.patched.count("\n") == verdict.patched.count("\r\n")
+
+
+@pytest.mark.parametrize("mutate", HARMLESS, ids=lambda f: f.__name__)
+def test_each_harmless_mutation_is_patched(mutate):
+    verdict = TARGET.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options())
+    assert verdict.state is State.UNPATCHED, verdict.reason
+    assert_behaves(verdict.patched)
+
+
+@pytest.mark.parametrize("mutate", REFUSED, ids=lambda f: f.__name__)
+def test_each_structural_mutation_is_refused(mutate):
+    assert TARGET.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options()).state is State.UNSUPPORTED
+
+
+def test_the_behaviour_check_catches_a_wrong_patch():
+    """The lifted-forward check is not vacuous: an off-by-one capture fails it."""
+    patched = TARGET.examine(SOURCES["0.17.1"], READERS["0.17.1"], Options()).patched
+    broken = patched.replace("start=self.start_layer)", "start=self.start_layer + 1)")
+    assert broken != patched
+    with pytest.raises(AssertionError):
+        assert_behaves(broken)

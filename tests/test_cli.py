@@ -329,3 +329,25 @@ def test_status_check_exit_codes(release):
     checked = cli(package_dir, "status", "--check", "-q")
     assert checked.returncode == 0 and checked.stdout == ""
     assert cli(release("0.18.0"), "status", "--check", "-q").returncode == 0
+
+
+def test_every_command_speaks_json(release):
+    """One JSON object on stdout for each command; nothing else there."""
+    package_dir = release("0.17.1")
+    status_keys = {"vllm_dir", "vllm_version", "state", "reason", "aux_layers", "targets"}
+    outcome_keys = {"message", "files", "vllm_dir"}
+    expected = [
+        (["status", "--json"], status_keys),
+        (["diff", "--json"], status_keys | {"diff"}),
+        (["apply", "--dry-run", "--json"], status_keys | {"would_change"}),
+        (["apply", "--json"], outcome_keys),
+        (["apply", "--json"], outcome_keys),
+        (["revert", "--json"], outcome_keys),
+        (["revert", "--json"], outcome_keys),
+    ]
+    for args, keys in expected:
+        completed = cli(package_dir, *args)
+        assert completed.returncode == 0, (args, completed.stderr)
+        assert set(json.loads(completed.stdout)) == keys, args
+    refused = cli(release("0.8.4"), "apply", "--json")
+    assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.startswith("vllm-eagle3-patch: error: ")

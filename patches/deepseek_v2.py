@@ -10,7 +10,6 @@ the last layer) both work.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Optional
 
 import libcst as cst
@@ -18,12 +17,11 @@ import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
 from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
 
-from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.codemod import implements_eagle3, judge
 from vllm_eagle3_patch.cst_tools import (
     add_base,
     add_import,
     add_methods,
-    has_method,
     is_self_attribute,
     mark,
     mark_header,
@@ -35,7 +33,7 @@ from vllm_eagle3_patch.cst_tools import (
     statements,
     top_level_class,
 )
-from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
+from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Unrecognised, Verdict
 
 PATH = "model_executor/models/deepseek_v2.py"
 # Let AddImportsVisitor resolve and extend the file's relative `from .interfaces import ...`.
@@ -195,25 +193,15 @@ def _no_eagle3_in_release(read: ReadFile) -> None:
         raise Unrecognised(f"this vLLM has no EAGLE-3 ({RUNNER} never calls set_aux_hidden_state_layers)")
 
 
-def _native(module: cst.Module) -> Optional[str]:
-    causal_lm = top_level_class(module, CAUSAL_LM)
-    if has_method(causal_lm, "get_eagle3_aux_hidden_state_layers"):
-        return f"{CAUSAL_LM} already implements EAGLE-3 (upstream support)"
-    return None
-
-
 def _has_protocol(read: ReadFile) -> bool:
     return re.search(rf"^class {PROTOCOL}\b", read(INTERFACES) or "", re.MULTILINE) is not None
 
 
-class DeepseekV2Target:
+class DeepseekV2Target(SingleFileTarget):
     name = "DeepSeek-V2/V3 model"
+    path = PATH
     required = True
     """A vLLM without this file cannot serve DeepSeek at all: unsupported, not "nothing to do"."""
-    default_path = PATH
-
-    def locate(self, package_dir: Path) -> Optional[str]:
-        return PATH if (package_dir / PATH).is_file() else None
 
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
         return judge(
@@ -223,7 +211,7 @@ class DeepseekV2Target:
                 protocol=_has_protocol(read),
                 aux_layers=options.aux_layers,
             ),
-            native=_native,
+            native=lambda module: implements_eagle3(module, CAUSAL_LM),
             preconditions=lambda: _no_eagle3_in_release(read),
         )
 

@@ -18,7 +18,7 @@ from libcst.codemod import CodemodCommand, CodemodContext
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import mark, only, replace_child, statements
-from vllm_eagle3_patch.target import Options, ReadFile, Verdict
+from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Verdict
 
 PATH = "v1/spec_decode/eagle.py"
 KIMI_K25_MODEL = "model_executor/models/kimi_k25.py"
@@ -82,10 +82,9 @@ def _native(module: cst.Module) -> Optional[str]:
     return None
 
 
-class EagleProposerTarget:
+class EagleProposerTarget(SingleFileTarget):
     name = "EAGLE proposer"
-    required = False
-    default_path = PATH
+    path = PATH
 
     def locate(self, package_dir: Path) -> Optional[str]:
         """A target only where vLLM has Kimi-K2.5 at all."""

@@ -12,26 +12,24 @@ The wrapper gains ``SupportsEagle3`` and both methods, handed on to ``self.langu
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodCommand, CodemodContext
 
-from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.codemod import implements_eagle3, judge
 from vllm_eagle3_patch.cst_tools import (
     add_base,
     add_import,
     add_methods,
-    has_method,
     method,
     only,
     replace_child,
     top_level_class,
 )
 from vllm_eagle3_patch.patches._eagle3_methods import delegating_methods, eagle3_methods
-from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
+from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Unrecognised, Verdict
 
 PATH = "model_executor/models/kimi_k25.py"
 WRAPPER = "KimiK25ForConditionalGeneration"
@@ -72,25 +70,15 @@ def _builds_bare_decoder(wrapper: cst.ClassDef) -> bool:
     raise Unrecognised(f"expected {LANGUAGE_MODEL} to be a DeepseekV2Model or init_vllm_registered_model(...)")
 
 
-def _native(module: cst.Module) -> Optional[str]:
-    if has_method(top_level_class(module, WRAPPER), "get_eagle3_aux_hidden_state_layers"):
-        return f"{WRAPPER} already implements EAGLE-3 (upstream support)"
-    return None
-
-
-class KimiK25Target:
+class KimiK25Target(SingleFileTarget):
     name = "Kimi-K2.5 wrapper"
-    required = False
-    default_path = PATH
-
-    def locate(self, package_dir: Path) -> Optional[str]:
-        return PATH if (package_dir / PATH).is_file() else None
+    path = PATH
 
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
         return judge(
             source,
             lambda: KimiK25Eagle3(CodemodContext(), aux_layers=options.aux_layers),
-            native=_native,
+            native=lambda module: implements_eagle3(module, WRAPPER),
         )
 
 

@@ -7,7 +7,7 @@ from typing import Callable, Optional
 import libcst as cst
 from libcst.codemod import Codemod
 
-from .cst_tools import has_mark, parse
+from .cst_tools import has_mark, has_method, parse, top_level_class
 from .target import State, Unrecognised, Verdict
 
 NativeCheck = Callable[[cst.Module], Optional[str]]
@@ -39,3 +39,10 @@ def judge(
         return Verdict(State.UNSUPPORTED, str(error))
     compile(patched.code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
     return Verdict(State.UNPATCHED, "patchable", patched.code)
+
+
+def implements_eagle3(module: cst.Module, class_name: str) -> Optional[str]:
+    """Native when the class already has the getter upstream added in 0.18.0."""
+    if has_method(top_level_class(module, class_name), "get_eagle3_aux_hidden_state_layers"):
+        return f"{class_name} already implements EAGLE-3 (upstream support)"
+    return None

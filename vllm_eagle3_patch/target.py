@@ -67,5 +67,20 @@ class Target(Protocol):
         """Classify ``source`` and, when it is patchable, return the patched text."""
 
 
+class SingleFileTarget:
+    """A target that is one file at a fixed path, present or not in a given release."""
+
+    path: str
+    name: str
+    required = False
+
+    @property
+    def default_path(self) -> str:
+        return self.path
+
+    def locate(self, package_dir: Path) -> Optional[str]:
+        return self.path if (package_dir / self.path).is_file() else None
+
+
 class Unrecognised(Exception):
     """Raised inside a codemod when the source lacks the structure it expects."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import record_mismatches, run_cli, tree_digest
+from lifting import lift_method
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
 GATE = "config/speculative.py"
@@ -184,17 +185,42 @@ def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     assert tree_digest(package_dir.parent) == untouched
 
 
+def assert_getter_returns(package_dir: Path, ids: tuple[int, ...]) -> None:
+    """Run the patched getters (model and, where there is one, the Kimi-K2.5 wrapper)."""
+    from types import SimpleNamespace
+
+    getter = lift_method((package_dir / DEEPSEEK).read_text(), "DeepseekV2ForCausalLM", "get_eagle3_aux_hidden_state_layers", {})
+    assert getter(SimpleNamespace(model=SimpleNamespace(layers=[None] * 61))) == ids
+    with pytest.raises(ValueError, match=r"must lie in 0\.\.20 \(this model has 20 decoder layers\)"):
+        getter(SimpleNamespace(model=SimpleNamespace(layers=[None] * 20)))
+
+
+def test_aux_layers_on_the_kimi_wrapper_of_0_15(release):
+    """0.15.x's wrapper holds a bare DeepseekV2Model: its own getter must return the ids."""
+    from types import SimpleNamespace
+
+    package_dir = release("0.15.0")
+    assert cli(package_dir, "apply", "--aux-layers", "1,29,57").returncode == 0
+    source = (package_dir / "model_executor/models/kimi_k25.py").read_text()
+    getter = lift_method(source, "KimiK25ForConditionalGeneration", "get_eagle3_aux_hidden_state_layers", {})
+    assert getter(SimpleNamespace(language_model=SimpleNamespace(layers=[None] * 61))) == (1, 29, 57)
+    setter = lift_method(source, "KimiK25ForConditionalGeneration", "set_aux_hidden_state_layers", {})
+    wrapper = SimpleNamespace(language_model=SimpleNamespace(aux_hidden_state_layers=()))
+    setter(wrapper, (3, 4))
+    assert wrapper.language_model.aux_hidden_state_layers == (3, 4)
+
+
 def test_aux_layers_are_written_shown_updated_and_reverted(release):
     package_dir = release("0.17.1")
     assert cli(package_dir, "apply", "--aux-layers", "1,29,57").returncode == 0
     assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [1, 29, 57]
-    assert "layers = (1, 29, 57)" in (package_dir / DEEPSEEK).read_text()
+    assert_getter_returns(package_dir, (1, 29, 57))
 
     diff = cli(package_dir, "apply", "--dry-run", "--aux-layers", "2,30")
     assert f"would patch          {DEEPSEEK}" in diff.stdout
     assert cli(package_dir, "apply").stdout.startswith("vLLM 0.17.1 is already patched")  # keeps 1,29,57
     assert cli(package_dir, "apply", "--aux-layers", "2,30").returncode == 0
-    assert "layers = (2, 30)" in (package_dir / DEEPSEEK).read_text()
+    assert_getter_returns(package_dir, (2, 30))
     assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [2, 30]
 
     assert cli(package_dir, "revert").returncode == 0

@@ -7,7 +7,6 @@ the file, on plain numbers with stand-in layers (no torch needed), against a ref
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 import types
@@ -17,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from lifting import lift_method
 from vllm_eagle3_patch.patches.deepseek_v2 import TARGET
 from vllm_eagle3_patch.target import Options, State
 from wheel_corpus import release_tree
@@ -142,30 +142,10 @@ REFUSED = [duplicate_model_class, remove_loop, nest_loop, rename_norm]
 # ---------------------------------------------------------------- running the patched forward
 
 
-class _StripAnnotations(ast.NodeTransformer):
-    """Annotations name torch types; the lifted function must run without torch."""
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
-        node.returns = None
-        for arg in [*node.args.args, *node.args.kwonlyargs]:
-            arg.annotation = None
-        self.generic_visit(node)
-        return node
-
-    def visit_AnnAssign(self, node: ast.AnnAssign):
-        if node.value is None:
-            return ast.Pass()
-        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
-
-
-def lift_forward(source: str):
-    """``DeepseekV2Model.forward`` of ``source`` as a plain function, its globals stubbed."""
-    tree = ast.parse(source.replace("\r\n", "\n").expandtabs(4))
-    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "DeepseekV2Model")
-    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
-    module = ast.fix_missing_locations(ast.Module(body=[_StripAnnotations().visit(forward)], type_ignores=[]))
+def lift_forward(source: str) -> dict:
+    """``DeepseekV2Model.forward`` of ``source`` in a namespace whose ``get_pp_group`` ``run`` sets."""
     namespace = {"islice": islice, "IntermediateTensors": dict, "get_pp_group": None}
-    exec(compile(module, "<forward>", "exec"), namespace)  # noqa: S102 - code we just patched
+    lift_method(source, "DeepseekV2Model", "forward", namespace)
     return namespace
 
 

@@ -1,0 +1,90 @@
+"""Time ``DeepseekV2Model.forward`` with nothing captured, inside the CPU interpreter.
+
+Run by ``benchmarks/run.py`` as ``python forward_probe.py LAYERS ITERATIONS SAMPLES`` with a vLLM
+tree (patched or not) first on ``PYTHONPATH``.  It needs torch and vLLM's requirements, not
+this tool, so it imports nothing from the repository.
+
+The model is built without its real ``__init__`` (which wants a GPU, a config and weights), and
+its decoder layers are stand-ins that do no work, so what is timed is the Python of ``forward``
+itself: the loop over layers and, once patched, the membership test added to every iteration.
+It prints one JSON object on stdout: ``{"patched": bool, "ns_per_forward": [...], "median": float}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import inspect
+import json
+import statistics
+import sys
+import time
+import types
+from typing import Any, Callable
+
+
+def build_model(deepseek: types.ModuleType, num_layers: int) -> Any:
+    """A ``DeepseekV2Model`` on one pipeline stage holding ``num_layers`` layers that do no work."""
+    from torch import nn
+
+    model = object.__new__(deepseek.DeepseekV2Model)
+    nn.Module.__init__(model)
+    model.layers = [lambda positions, h, r, *extra: (h, r) for _ in range(num_layers)]
+    model.start_layer, model.end_layer = 0, num_layers
+    model.norm = lambda h, r: (h, r)
+    model.config = types.SimpleNamespace()  # no llama_4_scaling
+    model.aux_hidden_state_layers = ()  # nothing captured (harmless on the unpatched class)
+    group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
+    deepseek.get_pp_group = lambda: group  # first and last rank at once
+    return model
+
+
+def forward_call(model: Any) -> Callable[[], Any]:
+    """One forward on a one-element tensor, so tensor work is nil and the loop overhead dominates."""
+    import torch
+
+    positions = torch.zeros(1, dtype=torch.long)
+    embeds = torch.zeros(1, 1)
+    forward = model.forward
+    output = forward(None, positions, None, inputs_embeds=embeds)
+    assert output is embeds, f"forward returned {type(output).__name__}, expected the input tensor itself"
+    return lambda: forward(None, positions, None, inputs_embeds=embeds)
+
+
+def time_samples(call: Callable[[], Any], iterations: int, samples: int) -> list[float]:
+    """Nanoseconds per call, ``samples`` times, each averaged over ``iterations`` calls; gc off
+    so a collection does not land in one variant's samples and not the other's."""
+    for _ in range(iterations):  # warm up
+        call()
+    results = []
+    gc.disable()
+    try:
+        for _ in range(samples):
+            start = time.perf_counter_ns()
+            for _ in range(iterations):
+                call()
+            results.append((time.perf_counter_ns() - start) / iterations)
+    finally:
+        gc.enable()
+    return results
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    num_layers, iterations, samples = (int(value) for value in argv)
+    deepseek = importlib.import_module("vllm.model_executor.models.deepseek_v2")
+    source = inspect.getsource(deepseek.DeepseekV2Model.forward)
+    model = build_model(deepseek, num_layers)
+    timings = time_samples(forward_call(model), iterations, samples)
+    return {
+        "patched": "aux_hidden_state_layers" in source,
+        "module": deepseek.__file__,
+        "ns_per_forward": timings,
+        "median": statistics.median(timings),
+    }
+
+
+if __name__ == "__main__":
+    with contextlib.redirect_stdout(sys.stderr):  # vLLM logs on import; stdout is for the result
+        result = main(sys.argv[1:])
+    print(json.dumps(result))

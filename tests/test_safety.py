@@ -235,3 +235,50 @@ def test_reinstall_and_upgrade_over_a_patched_vllm(venv_with_vllm):
     assert record_mismatches(Path(report["vllm_dir"])) == []
 
     subprocess.run([*pip, "vllm==0.17.1"], check=True)  # leave the shared environment as it was
+
+
+def test_a_read_only_install_is_refused_in_one_line(release, tmp_path):
+    """A user who may not write site-packages (here: ``nobody`` on root's files) gets one line."""
+    package_dir = release("0.17.1")
+    for path in [tmp_path, *tmp_path.parents]:
+        if path == Path("/"):
+            break
+        path.chmod(path.stat().st_mode | 0o755)  # nobody may read the tool and the tree, not write them
+    os.chmod(package_dir.parent.parent, 0o755)
+    untouched = tree_digest(package_dir)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HOME": str(tmp_path)}
+    completed = subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m", "vllm_eagle3_patch",
+         "--vllm-dir", str(package_dir), "apply"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stderr.count("\n") == 1 and "Permission denied" in completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert tree_digest(package_dir) == untouched
+
+
+def test_an_editable_style_install_from_a_source_checkout(release, tmp_path):
+    """vLLM imported from a checkout through a ``.pth`` path entry, with no dist-info beside it."""
+    import venv
+
+    checkout = tmp_path / "vllm-src"
+    checkout.mkdir()
+    package_dir = release("0.17.1")
+    os.rename(package_dir, checkout / "vllm")
+    home = tmp_path / "env"
+    venv.create(home, with_pip=False)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, "__editable__.vllm.pth").write_text(f"{checkout}\n")
+
+    report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
+    assert report["vllm_dir"] == str(checkout / "vllm") and report["vllm_version"] == "unknown"
+    assert report["state"] == "unpatched"
+    before = tree_digest(checkout / "vllm")
+    assert run_cli("--python", str(python), "apply").returncode == 0
+    assert json.loads(run_cli("--python", str(python), "status", "--json").stdout)["state"] == "patched"
+    assert run_cli("--python", str(python), "revert").returncode == 0
+    assert tree_digest(checkout / "vllm") == before

@@ -240,11 +240,8 @@ def test_reinstall_and_upgrade_over_a_patched_vllm(venv_with_vllm):
 def test_a_read_only_install_is_refused_in_one_line(release, tmp_path):
     """A user who may not write site-packages (here: ``nobody`` on root's files) gets one line."""
     package_dir = release("0.17.1")
-    for path in [tmp_path, *tmp_path.parents]:
-        if path == Path("/"):
-            break
-        path.chmod(path.stat().st_mode | 0o755)  # nobody may read the tool and the tree, not write them
-    os.chmod(package_dir.parent.parent, 0o755)
+    for path in {*package_dir.parents, *tmp_path.parents, tmp_path} - {Path("/"), Path("/tmp")}:
+        path.chmod((path.stat().st_mode & 0o7777) | 0o755)  # nobody may read the tree, not write it
     untouched = tree_digest(package_dir)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HOME": str(tmp_path)}
     completed = subprocess.run(

@@ -7,7 +7,13 @@ this tool, so it imports nothing from the repository.
 The model is built without its real ``__init__`` (which wants a GPU, a config and weights), and
 its decoder layers are stand-ins that do no work, so what is timed is the Python of ``forward``
 itself: the loop over layers and, once patched, the membership test added to every iteration.
-It prints one JSON object on stdout: ``{"patched": bool, "ns_per_forward": [...], "median": float}``.
+
+On a shared machine the speed of the CPU itself drifts by a factor of two between processes
+(another VM, the SMT sibling), far more than the effect measured.  So every sample of ``forward``
+is paired with a sample of a reference loop that is the same in every tree (the unpatched
+decoder loop over the same stand-ins), and the ratio of the two is what compares across
+processes.  It prints one JSON object on stdout:
+``{"patched", "module", "forward": [ns...], "reference": [ns...], "ratio": [...]}``, one entry per sample.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ import gc
 import importlib
 import inspect
 import json
-import statistics
 import sys
 import time
 import types
+from itertools import islice
 from typing import Any, Callable
 
 
@@ -52,22 +58,41 @@ def forward_call(model: Any) -> Callable[[], Any]:
     return lambda: forward(None, positions, None, inputs_embeds=embeds)
 
 
-def time_samples(call: Callable[[], Any], iterations: int, samples: int) -> list[float]:
-    """Nanoseconds per call, ``samples`` times, each averaged over ``iterations`` calls; gc off
-    so a collection does not land in one variant's samples and not the other's."""
-    for _ in range(iterations):  # warm up
+def reference_call(model: Any) -> Callable[[], Any]:
+    """The unpatched decoder loop alone, over the same layers: identical code in every tree."""
+
+    def loop(layers: list[Any], start: int, end: int, hidden_states: Any, residual: Any) -> Any:
+        for layer in islice(layers, start, end):
+            hidden_states, residual = layer(None, hidden_states, residual, None)
+        return hidden_states
+
+    layers, start, end = model.layers, model.start_layer, model.end_layer
+    return lambda: loop(layers, start, end, 0, None)
+
+
+def time_once(call: Callable[[], Any], iterations: int) -> float:
+    """Nanoseconds per call, averaged over ``iterations`` calls."""
+    start = time.perf_counter_ns()
+    for _ in range(iterations):
         call()
-    results = []
+    return (time.perf_counter_ns() - start) / iterations
+
+
+def time_pairs(forward: Callable[[], Any], reference: Callable[[], Any], iterations: int, samples: int) -> dict[str, list[float]]:
+    """``samples`` back-to-back pairs (forward, reference); gc off so that a collection does not
+    land in one variant's samples and not the other's."""
+    time_once(forward, iterations)  # warm up
+    time_once(reference, iterations)
+    timings: dict[str, list[float]] = {"forward": [], "reference": [], "ratio": []}
     gc.disable()
     try:
         for _ in range(samples):
-            start = time.perf_counter_ns()
-            for _ in range(iterations):
-                call()
-            results.append((time.perf_counter_ns() - start) / iterations)
+            timings["forward"].append(time_once(forward, iterations))
+            timings["reference"].append(time_once(reference, iterations))
+            timings["ratio"].append(timings["forward"][-1] / timings["reference"][-1])
     finally:
         gc.enable()
-    return results
+    return timings
 
 
 def main(argv: list[str]) -> dict[str, Any]:
@@ -75,13 +100,8 @@ def main(argv: list[str]) -> dict[str, Any]:
     deepseek = importlib.import_module("vllm.model_executor.models.deepseek_v2")
     source = inspect.getsource(deepseek.DeepseekV2Model.forward)
     model = build_model(deepseek, num_layers)
-    timings = time_samples(forward_call(model), iterations, samples)
-    return {
-        "patched": "aux_hidden_state_layers" in source,
-        "module": deepseek.__file__,
-        "ns_per_forward": timings,
-        "median": statistics.median(timings),
-    }
+    timings = time_pairs(forward_call(model), reference_call(model), iterations, samples)
+    return {"patched": "aux_hidden_state_layers" in source, "module": deepseek.__file__, **timings}
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def apply(install: VllmInstall, options: Options) -> Outcome:
     _refuse_unless_applicable(plan)
     if plan.changes:
         with locked(StateDir(install.package_dir)):
-            plan = make_plan(install, options)  # again under the lock: another run may have finished meanwhile
+            if not plan.is_current():  # another run changed something while we waited
+                plan = make_plan(install, options)
             _refuse_unless_applicable(plan)
             if plan.changes:
                 return _write_patches(plan)
@@ -128,7 +129,8 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
         return Outcome("nothing to revert: no vllm-eagle3-patch manifest in this vLLM")
     with locked(state_dir):
         manifest = state_dir.load()  # again under the lock
-        if manifest is None:
+        if manifest is None:  # another revert finished first; waiting re-created the directory
+            shutil.rmtree(state_dir.path, ignore_errors=True)
             return Outcome("nothing to revert: no vllm-eagle3-patch manifest in this vLLM")
         restores = []
         for path, record in manifest.files.items():

@@ -34,11 +34,13 @@ def judge(
         if why_native:
             return Verdict(State.NATIVE, why_native)
         preconditions()
-        patched = make_codemod().transform_module(module)
+        # transform_module_impl, not transform_module: the codemods use no metadata, and the
+        # wrapper transform_module builds for it deep-copies the whole module first.
+        patched = make_codemod().transform_module_impl(module).code
     except Unrecognised as error:
         return Verdict(State.UNSUPPORTED, str(error))
-    compile(patched.code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
-    return Verdict(State.UNPATCHED, "patchable", patched.code)
+    compile(patched, "<patched>", "exec")  # a codemod bug must never reach a user's disk
+    return Verdict(State.UNPATCHED, "patchable", patched)
 
 
 def implements_eagle3(module: cst.Module, class_name: str) -> Optional[str]:

@@ -59,6 +59,15 @@ class Plan:
     def changes(self) -> tuple[FilePlan, ...]:
         return tuple(f for f in self.files if f.changes)
 
+    def is_current(self) -> bool:
+        """Whether the files and the manifest are still what this plan read (cheap: hashes only)."""
+        package_dir = self.install.package_dir
+        for file in self.files:
+            path = package_dir / file.path
+            if not path.exists() or path.read_bytes() != file.current:
+                return False
+        return StateDir(package_dir).load() == self.manifest
+
 
 def load_targets() -> tuple[Target, ...]:
     """Every ``TARGET`` in the ``patches`` package, in module-name order (``_helpers`` skipped)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -377,3 +378,24 @@ def test_every_command_speaks_json(release):
         assert set(json.loads(completed.stdout)) == keys, args
     refused = cli(release("0.8.4"), "apply", "--json")
     assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.startswith("vllm-eagle3-patch: error: ")
+
+
+def test_colour_on_a_terminal_and_never_with_no_color(release):
+    """``script`` gives the command a real pseudo-terminal."""
+    package_dir = release("0.17.1")
+    command = f"{sys.executable} -m vllm_eagle3_patch --vllm-dir {package_dir}"
+
+    def on_terminal(args: str, **env: str) -> str:
+        completed = subprocess.run(
+            ["script", "-qec", f"{command} {args}", "/dev/null"],
+            capture_output=True,
+            text=True,
+            env={**{k: v for k, v in os.environ.items() if k != "NO_COLOR"}, "TERM": "xterm-256color", **env},
+        )
+        assert completed.returncode == 0, completed.stdout
+        return completed.stdout
+
+    assert "\x1b[" in on_terminal("status")
+    assert "\x1b[" in on_terminal("diff")
+    assert "\x1b[" not in on_terminal("status", NO_COLOR="1")
+    assert "\x1b[" not in on_terminal("diff", NO_COLOR="1")

@@ -279,3 +279,32 @@ def test_an_editable_style_install_from_a_source_checkout(release, tmp_path):
     assert json.loads(run_cli("--python", str(python), "status", "--json").stdout)["state"] == "patched"
     assert run_cli("--python", str(python), "revert").returncode == 0
     assert tree_digest(checkout / "vllm") == before
+
+
+def test_a_manifest_path_through_a_directory_link_is_refused(release, tmp_path):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply").returncode == 0
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (package_dir / "escape").symlink_to(outside, target_is_directory=True)
+    manifest_path = package_dir / ".vllm-eagle3-patch" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["escape/deepseek_v2.py"] = manifest["files"].pop(DEEPSEEK)
+    manifest_path.write_text(json.dumps(manifest))
+    before = tree_digest(package_dir)
+    completed = cli(package_dir, "revert", "--force")
+    assert completed.returncode == 1 and "a link leads it outside" in completed.stderr
+    assert completed.stderr.count("\n") == 1
+    assert tree_digest(package_dir) == before and list(outside.iterdir()) == []
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_nothing_written(release):
+    package_dir = release("0.17.1")
+    target = package_dir / DEEPSEEK
+    target.write_bytes(target.read_bytes() + b"# caf\xe9 in latin-1\n")
+    untouched = tree_digest(package_dir)
+    report = state(package_dir)
+    assert report["state"] == "unsupported" and "not UTF-8" in report["reason"]
+    completed = cli(package_dir, "apply")
+    assert completed.returncode == 1 and DEEPSEEK in completed.stderr
+    assert tree_digest(package_dir) == untouched

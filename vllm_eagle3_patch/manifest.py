@@ -72,9 +72,20 @@ class StateDir:
         if not self.manifest_path.exists():
             return None
         try:
-            return _parse(json.loads(self.manifest_path.read_text(encoding="utf-8")), self.manifest_path)
+            manifest = _parse(json.loads(self.manifest_path.read_text(encoding="utf-8")), self.manifest_path)
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise ToolError(f"{self.manifest_path}: damaged manifest ({error}); nothing was changed") from None
+        for relative in manifest.files:
+            self._refuse_links_out(self.package_dir / relative, self.package_dir, relative)
+            self._refuse_links_out(self.backup_path(relative), self.path, relative)
+        return manifest
+
+    def _refuse_links_out(self, path: Path, root: Path, relative: str) -> None:
+        """A directory link on the way must not lead a write outside ``root``."""
+        if not path.parent.resolve().is_relative_to(root.resolve()):
+            raise ToolError(
+                f"{self.manifest_path}: refusing path {relative!r}: a link leads it outside {root}; nothing was changed"
+            )
 
     def save(self, manifest: Manifest) -> None:
         write_atomically(self.manifest_path, manifest.to_json().encode("utf-8"))

@@ -7,6 +7,7 @@ the file, on plain numbers with stand-in layers (no torch needed), against a ref
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 import types
@@ -235,3 +236,133 @@ def test_the_behaviour_check_catches_a_wrong_patch():
     assert broken != patched
     with pytest.raises(AssertionError):
         assert_behaves(broken)
+
+
+# ---------------------------------------------------------------- the other target files
+
+KIMI = "model_executor/models/kimi_k25.py"
+GATE = "config/speculative.py"
+KIMI_RELEASES = ("0.15.0", "0.17.1")
+for _version in KIMI_RELEASES:
+    READERS.setdefault(_version, read_release(_version))
+
+
+def reshape_any_interfaces_import(s: str) -> str:
+    """Single line <-> parenthesised, whichever the file has."""
+    single = re.search(r"^from vllm\.model_executor\.models\.interfaces import ([^(\n]+)$", s, re.M)
+    if single:
+        names = [n.strip() for n in single.group(1).split(",")]
+        block = "from vllm.model_executor.models.interfaces import (\n" + "".join(f"    {n},\n" for n in names) + ")"
+        return s[: single.start()] + block + s[single.end() :]
+    multi = re.search(r"^from vllm\.model_executor\.models\.interfaces import \(([^)]*)\)", s, re.M)
+    need(multi is not None)
+    names = [n.strip() for n in multi.group(1).split(",") if n.strip()]
+    return s[: multi.start()] + "from vllm.model_executor.models.interfaces import " + ", ".join(names) + s[multi.end() :]
+
+
+def reorder_wrapper_bases(s: str) -> str:
+    match = re.search(r"class KimiK25ForConditionalGeneration\(([^)]*)\):", s)
+    need(match is not None)
+    bases = [b.strip() for b in match.group(1).split(",") if b.strip()]
+    return s[: match.start(1)] + ", ".join([bases[0], *reversed(bases[1:])]) + s[match.end(1) :]
+
+
+def decorate_wrapper(s: str) -> str:
+    return s.replace("\nclass KimiK25ForConditionalGeneration(", "\n@(lambda cls: cls)\nclass KimiK25ForConditionalGeneration(", 1)
+
+
+def duplicate_wrapper(s: str) -> str:
+    return s + "\n\nclass KimiK25ForConditionalGeneration:\n    pass\n"
+
+
+def rename_language_model(s: str) -> str:
+    need("self.language_model = " in s)
+    return s.replace("self.language_model = ", "self.text_model = ")
+
+
+KIMI_HARMLESS = [crlf, tabs, reshape_any_interfaces_import, reorder_wrapper_bases, decorate_wrapper]
+KIMI_REFUSED = [duplicate_wrapper, rename_language_model]
+
+
+def assert_wrapper_delegates(patched: str) -> None:
+    """Both methods reach the language model, as a DeepseekV2ForCausalLM (0.16+) or a bare decoder (0.15)."""
+    setter = lift_method(patched, "KimiK25ForConditionalGeneration", "set_aux_hidden_state_layers", {})
+    getter = lift_method(patched, "KimiK25ForConditionalGeneration", "get_eagle3_aux_hidden_state_layers", {})
+    calls: list = []
+    inner = types.SimpleNamespace(
+        set_aux_hidden_state_layers=calls.append,
+        get_eagle3_aux_hidden_state_layers=lambda: (7, 8, 9),
+        aux_hidden_state_layers=(),
+        layers=[None] * 61,
+    )
+    wrapper = types.SimpleNamespace(language_model=inner)
+    setter(wrapper, (4, 5))
+    assert calls == [(4, 5)] or inner.aux_hidden_state_layers == (4, 5)
+    assert getter(wrapper) in ((7, 8, 9), (2, 30, 58))
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    version=st.sampled_from(KIMI_RELEASES),
+    mutations=st.lists(st.sampled_from(KIMI_HARMLESS + KIMI_REFUSED), min_size=1, max_size=3, unique=True),
+)
+def test_mutated_kimi_wrappers_delegate_or_are_refused(version, mutations):
+    from vllm_eagle3_patch.patches.kimi_k25 import TARGET as KIMI_TARGET
+
+    source = READERS[version](KIMI)
+    for mutate in sorted(mutations, key=lambda m: m is crlf):
+        source = mutate(source)
+    verdict = KIMI_TARGET.examine(source, READERS[version], Options())
+    if verdict.state is State.UNSUPPORTED:
+        assert verdict.patched is None
+        return
+    assert not any(m in KIMI_REFUSED for m in mutations), [m.__name__ for m in mutations]
+    compile(verdict.patched, KIMI, "exec")
+    assert_wrapper_delegates(verdict.patched)
+    assert KIMI_TARGET.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
+
+
+def reflow_whitelist(s: str) -> str:
+    """One item per line <-> one line, whichever the list has."""
+    match = re.search(r"(eagle3_target_supported|aux_hidden_states_supported) = \[([^\]]*)\]", s)
+    need(match is not None)
+    items = [i.strip() for i in match.group(2).split(",") if i.strip()]
+    body = ", ".join(items) if "\n" in match.group(2) else "\n" + "".join(f"            {i},\n" for i in items) + "        "
+    return s[: match.start(2)] + body + s[match.end(2) :]
+
+
+def duplicate_whitelist(s: str) -> str:
+    match = re.search(r"^( +)(eagle3_target_supported|aux_hidden_states_supported) = \[", s, re.M)
+    need(match is not None)
+    return s[: match.start()] + f'{match.group(1)}{match.group(2)} = ["llama"]\n' + s[match.start() :]
+
+
+def whitelist_values(patched: str) -> list[str]:
+    match = re.search(r"(?:eagle3_target_supported|aux_hidden_states_supported) = (\[[^\]]*\])", patched)
+    return ast.literal_eval(match.group(1))
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    version=st.sampled_from(("0.11.0", "0.16.0", "0.17.1")),
+    mutations=st.lists(st.sampled_from([crlf, tabs, reflow_whitelist, duplicate_whitelist]), min_size=1, max_size=3, unique=True),
+)
+def test_mutated_gates_accept_the_new_types_or_are_refused(version, mutations):
+    from vllm_eagle3_patch.patches.speculative_gate import MODEL_TYPES
+    from vllm_eagle3_patch.patches.speculative_gate import TARGET as GATE_TARGET
+
+    read = READERS.setdefault(version, read_release(version))
+    original = read(GATE)
+    source = original
+    for mutate in sorted(mutations, key=lambda m: m is crlf):
+        source = mutate(source)
+    verdict = GATE_TARGET.examine(source, read, Options())
+    if verdict.state is State.UNSUPPORTED:
+        assert duplicate_whitelist in mutations and verdict.patched is None
+        return
+    assert duplicate_whitelist not in mutations
+    compile(verdict.patched, GATE, "exec")
+    accepted = whitelist_values(verdict.patched)
+    assert set(whitelist_values(original)) <= set(accepted)
+    for model_type in MODEL_TYPES:
+        assert any(entry in model_type for entry in accepted), model_type

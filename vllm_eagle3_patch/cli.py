@@ -1,4 +1,4 @@
-"""Command line: ``vllm-eagle3-patch [--vllm-dir DIR | --python PATH] {status,diff,apply,revert}``.
+"""Command line: ``vllm-eagle3-patch [--vllm-dir DIR | --python PATH] {status,diff,apply,revert,verify}``.
 
 Exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr naming the
 file and the reason); 2 usage error.

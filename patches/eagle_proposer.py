@@ -13,11 +13,22 @@ from pathlib import Path
 from typing import Optional
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodCommand, CodemodContext
 
 from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import mark, only, replace_child, statements
+from vllm_eagle3_patch.cst_tools import (
+    assigned,
+    find,
+    find_statements,
+    is_attribute,
+    is_string,
+    mark,
+    only,
+    replace_child,
+    replace_node,
+    sole,
+    sole_statement,
+    statements,
+)
 from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Verdict
 
 PATH = "v1/spec_decode/eagle.py"
@@ -25,19 +36,33 @@ KIMI_K25_MODEL = "model_executor/models/kimi_k25.py"
 WRAPPER = "KimiK25ForConditionalGeneration"
 LOAD_MODEL = "load_model"
 
-_copies_image_token_index = m.Assign(
-    targets=[m.AssignTarget(m.Attribute(attr=m.Name("image_token_index")))],
-    value=m.Attribute(value=m.Attribute(attr=m.Name("config")), attr=m.Name("image_token_index")),
-)
-_generic_branch = m.If(
-    orelse=m.Else(body=m.IndentedBlock(body=[m.SimpleStatementLine(body=[_copies_image_token_index])]))
-)
 
 
-class KimiK25MediaToken(CodemodCommand):
+def _copies_image_token_index(line: cst.CSTNode) -> bool:
+    """``<x>.image_token_index = <y>.config.image_token_index``, alone on its line."""
+    statement = sole_statement(line)
+    source = statement.value if isinstance(statement, cst.Assign) else None
+    return (
+        is_attribute(assigned(statement), "image_token_index")
+        and is_attribute(source, "image_token_index")
+        and is_attribute(source.value, "config")  # type: ignore[union-attr]
+    )
+
+
+def _is_generic_branch(branch: cst.If) -> bool:
+    """An ``if``/``elif`` whose ``else:`` holds only the image-token copy."""
+    generic = branch.orelse
+    return (
+        isinstance(generic, cst.Else)
+        and isinstance(generic.body, cst.IndentedBlock)
+        and _copies_image_token_index(sole(generic.body.body))
+    )
+
+
+class KimiK25MediaToken:
     """``elif <name of target> == "KimiK25ForConditionalGeneration": ... media_placeholder_token_id``."""
 
-    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+    def transform_module(self, tree: cst.Module) -> cst.Module:
         what = f"in {LOAD_MODEL}, an if/elif chain ending in `else: ...image_token_index = target.config.image_token_index`"
         cls, load_model, branch = only(_generic_branches(tree), what)  # type: ignore[misc]
         generic: cst.Else = branch.orelse  # type: ignore[assignment]
@@ -49,7 +74,7 @@ class KimiK25MediaToken(CodemodCommand):
             tree,
         )
         elif_kimi = mark(kimi).with_changes(orelse=generic)  # type: ignore[attr-defined]
-        new_load_model = load_model.deep_replace(branch, branch.with_changes(orelse=elif_kimi))
+        new_load_model = replace_node(load_model, branch, branch.with_changes(orelse=elif_kimi))
         return replace_child(tree, cls, replace_child(cls, load_model, new_load_model))
 
 
@@ -58,15 +83,19 @@ def _generic_branches(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.Function
     found = []
     for cls in (s for s in tree.body if isinstance(s, cst.ClassDef)):
         for load_model in (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == LOAD_MODEL):
-            found.extend((cls, load_model, branch) for branch in m.findall(load_model, _generic_branch))
-    return found  # type: ignore[return-value]
+            found.extend((cls, load_model, branch) for branch in find_statements(load_model, cst.If, _is_generic_branch))
+    return found
 
 
 def _compared_name(branch: cst.If) -> cst.BaseExpression:
     """The expression the chain compares with model names (``self.get_model_name(target_model)``)."""
     comparison = branch.test
-    if m.matches(comparison, m.Comparison(comparisons=[m.ComparisonTarget(operator=m.Equal() | m.In())])):
-        return comparison.left  # type: ignore[attr-defined]
+    if (
+        isinstance(comparison, cst.Comparison)
+        and len(comparison.comparisons) == 1
+        and isinstance(comparison.comparisons[0].operator, (cst.Equal, cst.In))
+    ):
+        return comparison.left
     return only([], "a comparison of the target's model name in the elif before the generic else")  # type: ignore[return-value]
 
 
@@ -75,9 +104,9 @@ def _native(module: cst.Module) -> Optional[str]:
         s for c in module.body if isinstance(c, cst.ClassDef) for s in c.body.body
         if isinstance(s, cst.FunctionDef) and s.name.value == LOAD_MODEL
     ]  # fmt: skip
-    if any(m.findall(f, m.SimpleString(f'"{WRAPPER}"') | m.SimpleString(f"'{WRAPPER}'")) for f in load_models):
+    if any(find(f, cst.SimpleString, lambda s: is_string(s, WRAPPER)) for f in load_models):
         return "the proposer already knows Kimi-K2.5's media token (upstream support)"
-    if not any(m.findall(f, _copies_image_token_index) for f in load_models):
+    if not any(find_statements(f, cst.SimpleStatementLine, _copies_image_token_index) for f in load_models):
         return "the proposer does not copy image_token_index here (moved upstream)"
     return None
 
@@ -93,7 +122,7 @@ class EagleProposerTarget(SingleFileTarget):
         return None
 
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
-        return judge(source, lambda: KimiK25MediaToken(CodemodContext()), native=_native)
+        return judge(source, KimiK25MediaToken, native=_native)
 
 
 TARGET = EagleProposerTarget()

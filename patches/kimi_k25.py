@@ -12,20 +12,24 @@ The wrapper gains ``SupportsEagle3`` and both methods, handed on to ``self.langu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodCommand, CodemodContext
 
 from vllm_eagle3_patch.codemod import implements_eagle3, judge
 from vllm_eagle3_patch.cst_tools import (
     add_base,
     add_import,
     add_methods,
+    assigned,
+    find_statements,
+    is_name,
+    is_self_attribute,
     method,
     only,
     replace_child,
+    sole_statement,
     top_level_class,
 )
 from vllm_eagle3_patch.patches._eagle3_methods import delegating_methods, eagle3_methods
@@ -34,40 +38,43 @@ from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Unreco
 PATH = "model_executor/models/kimi_k25.py"
 WRAPPER = "KimiK25ForConditionalGeneration"
 PROTOCOL = "SupportsEagle3"
-INTERFACES = "vllm.model_executor.models.interfaces"
+PACKAGE = "vllm.model_executor.models"
+INTERFACES = f"{PACKAGE}.interfaces"
 LANGUAGE_MODEL = "self.language_model"
 
 
-class KimiK25Eagle3(CodemodCommand):
+@dataclass(frozen=True)
+class KimiK25Eagle3:
     """Give ``KimiK25ForConditionalGeneration`` the ``SupportsEagle3`` protocol by delegation."""
 
-    def __init__(self, context: CodemodContext, aux_layers: Optional[tuple[int, ...]] = None) -> None:
-        super().__init__(context)
-        self.aux_layers = aux_layers
+    aux_layers: Optional[tuple[int, ...]] = None
 
-    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+    def transform_module(self, tree: cst.Module) -> cst.Module:
         wrapper = top_level_class(tree, WRAPPER)
         if _builds_bare_decoder(wrapper):
             methods = eagle3_methods(LANGUAGE_MODEL, self.aux_layers)
         else:
             methods = delegating_methods(LANGUAGE_MODEL)
         tree = replace_child(tree, wrapper, add_methods(add_base(wrapper, PROTOCOL), methods, tree))
-        return add_import(tree, self.context, INTERFACES, PROTOCOL)
+        return add_import(tree, INTERFACES, PROTOCOL, PACKAGE)
 
 
 def _builds_bare_decoder(wrapper: cst.ClassDef) -> bool:
     """Whether ``__init__`` sets ``self.language_model = DeepseekV2Model(...)`` (0.15.x)."""
-    assignments = m.findall(
-        method(wrapper, "__init__"),
-        m.Assign(targets=[m.AssignTarget(m.Attribute(m.Name("self"), m.Name("language_model")))], value=m.Call()),
-    )
-    assignment: cst.Assign = only(assignments, f"`{LANGUAGE_MODEL} = ...(...)` in {WRAPPER}.__init__")  # type: ignore[assignment]
-    callee = assignment.value.func  # type: ignore[attr-defined]
-    if m.matches(callee, m.Name("DeepseekV2Model")):
+    assignments = find_statements(method(wrapper, "__init__"), cst.SimpleStatementLine, _builds_language_model)
+    line = only(assignments, f"`{LANGUAGE_MODEL} = ...(...)` in {WRAPPER}.__init__")
+    callee = line.body[0].value.func  # type: ignore[attr-defined]
+    if is_name(callee, "DeepseekV2Model"):
         return True
-    if m.matches(callee, m.Name("init_vllm_registered_model")):
+    if is_name(callee, "init_vllm_registered_model"):
         return False
     raise Unrecognised(f"expected {LANGUAGE_MODEL} to be a DeepseekV2Model or init_vllm_registered_model(...)")
+
+
+def _builds_language_model(line: cst.SimpleStatementLine) -> bool:
+    """``self.language_model = <callee>(...)``, alone on its line."""
+    statement = sole_statement(line)
+    return is_self_attribute(assigned(statement), "language_model") and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
 
 
 class KimiK25Target(SingleFileTarget):
@@ -77,7 +84,7 @@ class KimiK25Target(SingleFileTarget):
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
         return judge(
             source,
-            lambda: KimiK25Eagle3(CodemodContext(), aux_layers=options.aux_layers),
+            lambda: KimiK25Eagle3(aux_layers=options.aux_layers),
             native=lambda module: implements_eagle3(module, WRAPPER),
         )
 

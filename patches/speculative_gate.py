@@ -21,11 +21,23 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodCommand, CodemodContext
 
 from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import append_items, mark, mark_line, only, replace_child, top_level_class
+from vllm_eagle3_patch.cst_tools import (
+    append_items,
+    assigned,
+    find,
+    find_statements,
+    is_name,
+    is_string,
+    mark,
+    mark_line,
+    only,
+    replace_child,
+    replace_node,
+    sole_statement,
+    top_level_class,
+)
 from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
 
 CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
@@ -35,28 +47,43 @@ GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 CONFIG = "SpeculativeConfig"
 
-_whitelist = m.Assign(
-    targets=[m.AssignTarget(m.Name(WHITELISTS[0]) | m.Name(WHITELISTS[1]))],
-    value=m.List(elements=[m.ZeroOrMore(m.Element(m.SimpleString()))]),
-)
-_llama_only = m.Comparison(
-    left=m.SimpleString('"llama"') | m.SimpleString("'llama'"),
-    comparisons=[m.ComparisonTarget(operator=m.NotIn())],
-)
 
 
-class SpeculativeGate(CodemodCommand):
+def _is_whitelist(line: cst.SimpleStatementLine) -> bool:
+    """``eagle3_target_supported = ["llama", ...]`` (or ``aux_hidden_states_supported``), alone on its line."""
+    statement = sole_statement(line)
+    return (
+        is_name(assigned(statement), *WHITELISTS)
+        and isinstance(statement.value, cst.List)  # type: ignore[union-attr]
+        and all(isinstance(e, cst.Element) and isinstance(e.value, cst.SimpleString) for e in statement.value.elements)  # type: ignore[union-attr]
+    )
+
+
+def _is_llama_only(comparison: cst.Comparison) -> bool:
+    """``"llama" not in <model type>``"""
+    return (
+        is_string(comparison.left, "llama")
+        and len(comparison.comparisons) == 1
+        and isinstance(comparison.comparisons[0].operator, cst.NotIn)
+    )
+
+
+def _whitelists(config: cst.ClassDef) -> list[cst.SimpleStatementLine]:
+    return find_statements(config, cst.SimpleStatementLine, _is_whitelist)
+
+
+class SpeculativeGate:
     """Add :data:`MODEL_TYPES` to whichever EAGLE-3 target gate ``SpeculativeConfig`` has."""
 
-    def transform_module_impl(self, tree: cst.Module) -> cst.Module:
+    def transform_module(self, tree: cst.Module) -> cst.Module:
         config = top_level_class(tree, CONFIG)
-        whitelists = m.findall(config, m.SimpleStatementLine(body=[_whitelist]))
+        whitelists = _whitelists(config)
         if whitelists:
             line = only(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
-            return replace_child(tree, config, config.deep_replace(line, self.extend_whitelist(line)))
-        gates = [s for s in m.findall(config, m.If()) if m.findall(s.test, _llama_only)]  # type: ignore[attr-defined]
-        gate: cst.If = only(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')  # type: ignore[assignment]
-        return replace_child(tree, config, config.deep_replace(gate, self.open_llama_gate(gate)))
+            return replace_child(tree, config, replace_node(config, line, self.extend_whitelist(line)))
+        gates = find_statements(config, cst.If, lambda s: bool(find(s.test, cst.Comparison, _is_llama_only)))
+        gate = only(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')
+        return replace_child(tree, config, replace_node(config, gate, self.open_llama_gate(gate)))
 
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         assign: cst.Assign = line.body[0]  # type: ignore[assignment]
@@ -67,11 +94,11 @@ class SpeculativeGate(CodemodCommand):
         return mark_line(line.with_deep_changes(assign, value=extended))
 
     def open_llama_gate(self, gate: cst.If) -> cst.If:
-        (comparison,) = m.findall(gate.test, _llama_only)
-        model_type = cst.Module([]).code_for_node(comparison.comparisons[0].comparator)  # type: ignore[attr-defined]
+        (comparison,) = find(gate.test, cst.Comparison, _is_llama_only)
+        model_type = cst.Module([]).code_for_node(comparison.comparisons[0].comparator)
         accepted = ", ".join(f'"{t}"' for t in ("llama", *MODEL_TYPES))
         opened = cst.parse_expression(f"not any(supported in {model_type} for supported in ({accepted}))")
-        test = gate.test.deep_replace(comparison, opened)
+        test = replace_node(gate.test, comparison, opened)
         return mark(gate.with_changes(test=test))  # type: ignore[return-value]
 
 
@@ -80,7 +107,7 @@ def _native(module: cst.Module) -> Optional[str]:
     code = cst.Module([]).code_for_node(config)
     if "eagle3" in code and not any(sign in code for sign in GATE_SIGNS):
         return "no EAGLE-3 target whitelist in this release"
-    for line in m.findall(config, m.SimpleStatementLine(body=[_whitelist])):
+    for line in _whitelists(config):
         listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
         if all(any(entry in model_type for entry in listed) for model_type in MODEL_TYPES):
             return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3 and Kimi-K2 (upstream support)"
@@ -111,7 +138,7 @@ class SpeculativeGateTarget:
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
         return judge(
             source,
-            lambda: SpeculativeGate(CodemodContext()),
+            SpeculativeGate,
             native=_native,
             preconditions=_require_eagle3(source),
         )

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 import libcst as cst
-from libcst.codemod import Codemod
 
 from .cst_tools import has_mark, has_method, parse, top_level_class
 from .target import State, Unrecognised, Verdict
+
+
+class ModuleCodemod(Protocol):
+    """A LibCST codemod over one module, as in ``patches/``.
+
+    Deliberately not a ``libcst.codemod.Codemod``: importing ``libcst.codemod`` pulls in
+    ``libcst.matchers`` (a quarter of a second, more than ``status`` may take in all).
+    The tests wrap these in ``Codemod`` to use LibCST's ``CodemodTest``.
+    """
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        """The patched module; raises :class:`Unrecognised` where the expected structure is missing."""
+
 
 NativeCheck = Callable[[cst.Module], Optional[str]]
 """Returns why the module already does the job itself, or None."""
@@ -16,7 +28,7 @@ NativeCheck = Callable[[cst.Module], Optional[str]]
 
 def judge(
     source: str,
-    make_codemod: Callable[[], Codemod],
+    make_codemod: Callable[[], ModuleCodemod],
     native: NativeCheck,
     preconditions: Callable[[], None] = lambda: None,
 ) -> Verdict:
@@ -34,9 +46,7 @@ def judge(
         if why_native:
             return Verdict(State.NATIVE, why_native)
         preconditions()
-        # transform_module_impl, not transform_module: the codemods use no metadata, and the
-        # wrapper transform_module builds for it deep-copies the whole module first.
-        patched = make_codemod().transform_module_impl(module).code
+        patched = make_codemod().transform_module(module).code
     except Unrecognised as error:
         return Verdict(State.UNSUPPORTED, str(error))
     compile(patched, "<patched>", "exec")  # a codemod bug must never reach a user's disk

@@ -7,12 +7,10 @@ codemod reads as a list of steps and every refusal names what it missed.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, TypeVar, Union
+import dataclasses
+from typing import Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 import libcst as cst
-import libcst.matchers as m
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from .target import MARKER, Unrecognised
 
@@ -20,6 +18,7 @@ MARK = f"# {MARKER}"
 """The trailing comment put on every line this tool adds or changes."""
 
 Found = TypeVar("Found")
+Node = TypeVar("Node", bound=cst.CSTNode)
 Parent = TypeVar("Parent", cst.Module, cst.ClassDef)
 CommaItem = TypeVar("CommaItem", cst.Arg, cst.Element, cst.ImportAlias)
 
@@ -29,6 +28,75 @@ def parse(source: str) -> cst.Module:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as error:
         raise Unrecognised(f"not valid Python ({error.message}, line {error.raw_line})") from None
+
+
+def walk(node: cst.CSTNode, into: Callable[[cst.CSTNode], bool] = lambda _: True) -> Iterator[cst.CSTNode]:
+    """``node`` and every node under it, in source order; ``into`` says which nodes to enter.
+
+    A plain walk over the nodes' fields.  LibCST's visitors and ``libcst.matchers`` do the
+    same with far more machinery: importing the matchers alone costs a quarter second,
+    more than the rest of ``status``.
+    """
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if into(current):
+            stack.extend(reversed(_children(current)))
+
+
+def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    children: list[cst.CSTNode] = []
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name)
+        if isinstance(value, cst.CSTNode):
+            children.append(value)
+        elif isinstance(value, (list, tuple)):
+            children.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return children
+
+
+def find(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
+    """Every ``kind`` node under ``node`` (itself included) for which ``where`` holds."""
+    return [n for n in walk(node) if isinstance(n, kind) and where(n)]
+
+
+def find_statements(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
+    """Like :func:`find`, but for statements: never enters an expression, so it is quick."""
+    into = lambda n: not isinstance(n, (cst.BaseExpression, cst.SimpleStatementLine))  # noqa: E731
+    return [n for n in walk(node, into) if isinstance(n, kind) and where(n)]
+
+
+def sole(items: Sequence[Found]) -> Optional[Found]:
+    """The single item of ``items``, or None when there are none or several."""
+    return items[0] if len(items) == 1 else None
+
+
+def sole_statement(line: cst.CSTNode) -> Optional[cst.BaseSmallStatement]:
+    """The statement of a line holding exactly one (``x = 1``, not ``x = 1; y = 2``)."""
+    return sole(line.body) if isinstance(line, cst.SimpleStatementLine) else None
+
+
+def assigned(statement: Optional[cst.CSTNode]) -> Optional[cst.BaseAssignTargetExpression]:
+    """The target of ``target = value`` with exactly one target, or None."""
+    if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
+        return statement.targets[0].target
+    return None
+
+
+def is_name(node: Optional[cst.CSTNode], *names: str) -> bool:
+    """A bare name, one of ``names`` when they are given."""
+    return isinstance(node, cst.Name) and (not names or node.value in names)
+
+
+def is_attribute(node: Optional[cst.CSTNode], attr: str) -> bool:
+    """``<anything>.<attr>``"""
+    return isinstance(node, cst.Attribute) and node.attr.value == attr
+
+
+def is_string(node: Optional[cst.CSTNode], value: str) -> bool:
+    """A plain string literal whose value is ``value``, in whatever quotes."""
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == value
 
 
 def has_mark(source: str) -> bool:
@@ -84,7 +152,7 @@ def mark(statement: cst.BaseStatement) -> cst.BaseStatement:
 
 def add_base(cls: cst.ClassDef, base: str) -> cst.ClassDef:
     """Append ``base`` to the class's bases (unless it is there) and mark the class line."""
-    if any(m.matches(arg.value, m.Name(base)) for arg in cls.bases):
+    if any(is_name(arg.value, base) for arg in cls.bases):
         return cls
     return cls.with_changes(bases=append_items(cls.bases, [cst.Arg(cst.Name(base))]), body=mark_header(cls.body))
 
@@ -132,12 +200,12 @@ def _spans_lines(comma: cst.Comma) -> bool:
 
 def is_self_attribute(node: cst.BaseExpression, name: str) -> bool:
     """``self.<name>``"""
-    return m.matches(node, m.Attribute(value=m.Name("self"), attr=m.Name(name)))
+    return is_attribute(node, name) and is_name(node.value, "self")  # type: ignore[union-attr]
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
     """Every identifier used in ``node``: new names must not shadow any of them."""
-    return {n.value for n in m.findall(node, m.Name())}  # type: ignore[union-attr]
+    return {n.value for n in find(node, cst.Name)}
 
 
 def replace_child(parent: Parent, old: cst.CSTNode, new: cst.CSTNode) -> Parent:
@@ -151,23 +219,90 @@ def replace_child(parent: Parent, old: cst.CSTNode, new: cst.CSTNode) -> Parent:
     return parent.with_changes(body=body)  # type: ignore[return-value]
 
 
-def add_import(
-    tree: cst.Module, context: CodemodContext, module: str, name: str, relative: int = 0
-) -> cst.Module:
-    """Add ``from <module> import <name>`` with LibCST's ``AddImportsVisitor`` and mark that line.
+def replace_node(root: Node, old: cst.CSTNode, new: cst.CSTNode) -> Node:
+    """``root`` with ``old`` (found by identity anywhere under it) swapped for ``new``.
 
-    The visitor extends an existing import of the module whatever its shape.  It only
-    ever touches the imports at the top of the file, so it runs on those statements
-    alone: on a whole 1,500-line model file it would take seconds.
+    Rebuilds only the nodes on the way down to ``old``; ``deep_replace`` rebuilds them all.
     """
-    split = next((i for i, s in enumerate(tree.body) if not isinstance(s, cst.SimpleStatementLine)), len(tree.body))
-    head = tree.with_changes(body=tree.body[:split], footer=())
-    # A context of its own: a request left in the codemod's context would make
-    # CodemodCommand run the visitor again, over the whole file.
-    own = CodemodContext(full_module_name=context.full_module_name, full_package_name=context.full_package_name)
-    AddImportsVisitor.add_needed_import(own, module, name, relative=relative)
-    new_head = head.visit(AddImportsVisitor(own))
-    alias = m.ImportAlias(name=m.Name(name))
-    names_it = m.SimpleStatementLine(body=[m.ImportFrom(names=[m.ZeroOrMore(), alias, m.ZeroOrMore()])])
-    body = [mark_line(s) if m.matches(s, names_it) else s for s in new_head.body]  # type: ignore[arg-type]
-    return tree.with_changes(body=[*body, *tree.body[split:]])
+    path = _path_to(root, old)
+    if not path:
+        raise ValueError("replace_node: the node to replace is not under the root")
+    for parent in reversed(path[:-1]):
+        new, old = _with_child(parent, old, new), parent
+    return new  # type: ignore[return-value]
+
+
+def _path_to(node: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode]:
+    """The nodes from ``node`` down to ``target``, both included (empty: not under it)."""
+    if node is target:
+        return [node]
+    for child in _children(node):
+        path = _path_to(child, target)
+        if path:
+            return [node, *path]
+    return []
+
+
+def _with_child(parent: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+    for field in dataclasses.fields(parent):
+        value = getattr(parent, field.name)
+        if value is old:
+            return parent.with_changes(**{field.name: new})
+        if isinstance(value, (list, tuple)) and any(item is old for item in value):
+            return parent.with_changes(**{field.name: [new if item is old else item for item in value]})
+    raise ValueError("replace_node: not a child")
+
+
+def add_import(tree: cst.Module, module: str, name: str, package: str) -> cst.Module:
+    """Make ``from <module> import <name>`` hold at the top of ``tree``, and mark that line.
+
+    An existing ``from <module> import ...`` (absolute, or relative to ``package``) gains
+    the name in its own layout (one line, or one name per line with a trailing comma);
+    without one, a new line follows the last import at the top of the file.  What LibCST's
+    ``AddImportsVisitor`` does for these shapes, without importing ``libcst.codemod``
+    and ``libcst.matchers`` (see :class:`~vllm_eagle3_patch.codemod.ModuleCodemod`).
+    """
+    head = list(tree.body[: _header_length(tree)])
+    for index, line in enumerate(head):
+        statement = sole_statement(line)
+        if not isinstance(statement, cst.ImportFrom) or _imported_module(statement, package) != module:
+            continue
+        if isinstance(statement.names, cst.ImportStar) or _imports_name(line, name):
+            return tree
+        names = append_items(statement.names, [cst.ImportAlias(cst.Name(name))])
+        head[index] = mark_line(line.with_changes(body=[statement.with_changes(names=names)]))  # type: ignore[attr-defined]
+        return tree.with_changes(body=[*head, *tree.body[len(head) :]])
+    (new_line,) = statements(f"from {module} import {name}\n", tree)
+    at = _after_imports(head)
+    return tree.with_changes(body=[*head[:at], mark_line(new_line), *tree.body[at:]])  # type: ignore[arg-type]
+
+
+def _header_length(tree: cst.Module) -> int:
+    """How many simple statements (docstring, imports, constants) open the module."""
+    return next((i for i, s in enumerate(tree.body) if not isinstance(s, cst.SimpleStatementLine)), len(tree.body))
+
+
+def _imported_module(statement: cst.ImportFrom, package: str) -> str:
+    """The absolute name of the module a ``from ... import`` reads (``.interfaces`` -> ``<package>.interfaces``)."""
+    name = cst.Module([]).code_for_node(statement.module) if statement.module is not None else ""
+    if not statement.relative:
+        return name
+    base = package.split(".")[: len(package.split(".")) - (len(statement.relative) - 1)]
+    return ".".join([*base, name] if name else base)
+
+
+def _after_imports(head: list[cst.BaseStatement]) -> int:
+    """Where a new import goes: after the last one at the top, else after the docstring."""
+    imports = [i for i, line in enumerate(head) if isinstance(sole_statement(line), (cst.Import, cst.ImportFrom))]
+    if imports:
+        return imports[-1] + 1
+    docstring = head and isinstance(sole_statement(head[0]), cst.Expr) and isinstance(head[0].body[0].value, cst.SimpleString)  # type: ignore[attr-defined]
+    return 1 if docstring else 0
+
+
+def _imports_name(line: cst.BaseStatement, name: str) -> bool:
+    """``from ... import a, <name>, b`` (one statement on the line)."""
+    statement = sole_statement(line)
+    return isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar) and any(
+        is_name(alias.name, name) for alias in statement.names
+    )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 
+import libcst as cst
 import pytest
-from libcst.codemod import CodemodContext, CodemodTest
+from as_codemod import as_codemod
+from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.patches.deepseek_v2 import MODULE_NAME, PACKAGE_NAME, DeepseekV2Eagle3, TARGET
+from vllm_eagle3_patch.patches.deepseek_v2 import DeepseekV2Eagle3, TARGET
 from vllm_eagle3_patch.target import Options, State
 
 MODEL_TEMPLATE = '''\
@@ -46,22 +48,16 @@ def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, bases
 
 
 def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
-    codemod = DeepseekV2Eagle3(
-        CodemodContext(full_module_name=MODULE_NAME, full_package_name=PACKAGE_NAME),
-        protocol=protocol,
-        aux_layers=aux_layers,
-    )
-    import libcst as cst
-
+    codemod = DeepseekV2Eagle3(protocol=protocol, aux_layers=aux_layers)
     return codemod.transform_module(cst.parse_module(code)).code
 
 
 class TestDeepseekV2Eagle3(CodemodTest):
-    TRANSFORM = DeepseekV2Eagle3
+    TRANSFORM = as_codemod(DeepseekV2Eagle3)
 
     def test_whole_transform(self) -> None:
         after = '''\
-from .interfaces import SupportsEagle3, SupportsPP  # vllm-eagle3-patch
+from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch
 
 
 class DeepseekV2Model(nn.Module):
@@ -102,11 +98,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
         num_layers = len(self.model.layers)
         return (2, num_layers // 2, num_layers - 3)
 '''
-        self.assertCodemod(
-            source(),
-            after,
-            context_override=CodemodContext(full_module_name=MODULE_NAME, full_package_name=PACKAGE_NAME),
-        )
+        self.assertCodemod(source(), after)
 
 
 def test_slice_loop_and_four_argument_call_keep_their_names():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.patches.speculative_gate import TARGET, SpeculativeGate
@@ -27,7 +28,7 @@ class SpeculativeConfig:
 
 
 class TestSpeculativeGate(CodemodTest):
-    TRANSFORM = SpeculativeGate
+    TRANSFORM = as_codemod(SpeculativeGate)
 
     def test_whitelist_gets_the_missing_model_types(self) -> None:
         before = WHITELIST.format(listed='["llama", "qwen"]')

@@ -1,0 +1,85 @@
+"""The LibCST helpers the codemods share, on small synthetic modules."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from vllm_eagle3_patch.cst_tools import MARK, add_import, find, replace_node, walk
+
+PACKAGE = "vllm.model_executor.models"
+INTERFACES = f"{PACKAGE}.interfaces"
+
+
+def with_import(code: str, module: str = INTERFACES, name: str = "SupportsEagle3") -> str:
+    return add_import(cst.parse_module(code), module, name, PACKAGE).code
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (
+            "from .interfaces import SupportsPP\n",
+            f"from .interfaces import SupportsPP, SupportsEagle3  {MARK}\n",
+        ),
+        (
+            "from vllm.model_executor.models.interfaces import SupportsPP\n",
+            f"from vllm.model_executor.models.interfaces import SupportsPP, SupportsEagle3  {MARK}\n",
+        ),
+        (
+            "from .interfaces import (\n    SupportsLoRA,\n    SupportsPP,\n)\n",
+            f"from .interfaces import (\n    SupportsLoRA,\n    SupportsPP,\n    SupportsEagle3,\n)  {MARK}\n",
+        ),
+        (
+            "from .interfaces import (SupportsLoRA,\n                         SupportsPP)\n",
+            f"from .interfaces import (SupportsLoRA,\n                         SupportsPP,\n                         SupportsEagle3)  {MARK}\n",
+        ),
+        (
+            '"""Doc."""\nimport torch\nfrom .utils import x\n\nCONSTANT = 1\n\nclass A: pass\n',
+            f'"""Doc."""\nimport torch\nfrom .utils import x\nfrom {INTERFACES} import SupportsEagle3  {MARK}\n\nCONSTANT = 1\n\nclass A: pass\n',
+        ),
+        (
+            '"""Doc."""\n\nclass A: pass\n',
+            f'"""Doc."""\nfrom {INTERFACES} import SupportsEagle3  {MARK}\n\nclass A: pass\n',
+        ),
+    ],
+    ids=["relative", "absolute", "one-per-line", "hanging", "new-line", "no-imports"],
+)
+def test_add_import_extends_or_adds_the_import(before, after):
+    assert with_import(before) == after
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "from .interfaces import SupportsEagle3, SupportsPP\n",
+        "from .interfaces import *\n",
+    ],
+)
+def test_add_import_leaves_a_name_already_imported(code):
+    assert with_import(code) == code
+
+
+def test_add_import_resolves_relative_imports_against_the_package():
+    # ..interfaces from vllm.model_executor.models is vllm.model_executor.interfaces: another module.
+    out = with_import("from ..interfaces import SupportsPP\nfrom .other import X\n")
+    assert out.endswith(f"from {INTERFACES} import SupportsEagle3  {MARK}\n")
+    assert "from ..interfaces import SupportsPP\n" in out
+
+
+def test_walk_is_in_source_order_and_can_stay_out_of_expressions():
+    module = cst.parse_module("a = b + c\nif d:\n    e = f\n")
+    names = [n.value for n in walk(module) if isinstance(n, cst.Name)]
+    assert names == ["a", "b", "c", "d", "e", "f"]
+    shallow = [n for n in walk(module, lambda n: not isinstance(n, cst.BaseExpression)) if isinstance(n, cst.Name)]
+    assert [n.value for n in shallow] == ["a", "d", "e", "f"]  # b + c is met but not entered
+
+
+def test_replace_node_rebuilds_only_the_path_to_the_node():
+    module = cst.parse_module("def f():\n    if x:\n        return 1\n\ndef g():\n    return 2\n")
+    (one,) = find(module, cst.Integer, lambda i: i.value == "1")
+    replaced = replace_node(module, one, cst.Integer("3"))
+    assert replaced.code == "def f():\n    if x:\n        return 3\n\ndef g():\n    return 2\n"
+    assert replaced.body[1] is module.body[1]  # g untouched, not copied
+    with pytest.raises(ValueError):
+        replace_node(module.body[1], one, cst.Integer("3"))

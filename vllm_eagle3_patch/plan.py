@@ -6,11 +6,14 @@
 from __future__ import annotations
 
 import importlib
+import multiprocessing
+import os
 import pkgutil
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from . import __version__
 from .errors import ToolError
@@ -88,8 +91,7 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None) -> Plan:
     recorded = Options(aux_layers=manifest.aux_layers if manifest else None)
     if options is None or options.aux_layers is None:
         options = recorded
-    read = _reader(install.package_dir)
-    files = []
+    files: list[Union[FilePlan, _Found]] = []
     for target in load_targets():
         path = target.locate(install.package_dir)
         if path is None:
@@ -97,45 +99,76 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None) -> Plan:
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
         record = manifest.files.get(path) if manifest else None
-        files.append(_plan_file(target, path, read, state_dir, record, options, recorded))
+        files.append(_find(target, path, state_dir, record, options != recorded))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
-    return Plan(install, tuple(files), manifest, options)
+    to_examine = [f for f in files if isinstance(f, _Found) and f.examine is not None]
+    verdicts = examine_all([(f.target, f.examine) for f in to_examine], install.package_dir, options)  # type: ignore[misc]
+    verdict_of = {id(f): verdict for f, verdict in zip(to_examine, verdicts)}
+    planned = tuple(_plan_file(f, verdict_of.get(id(f))) if isinstance(f, _Found) else f for f in files)
+    return Plan(install, planned, manifest, options)
 
 
-def _plan_file(
-    target: Target,
-    path: str,
-    read: ReadFile,
-    state_dir: StateDir,
-    record: Optional[FileRecord],
-    options: Options,
-    recorded: Options,
-) -> FilePlan:
+@dataclass(frozen=True)
+class _Found:
+    """A target file as read, before any codemod ran: what it is now, and what to examine."""
+
+    target: Target
+    path: str
+    current: bytes
+    record: Optional[FileRecord]
+    original: Optional[bytes]
+    """The original bytes from the backup, when the file is what ``apply`` wrote."""
+    examine: Optional[bytes]
+    """What the codemod must look at (None: the hashes already tell everything)."""
+
+
+def _find(target: Target, path: str, state_dir: StateDir, record: Optional[FileRecord], new_options: bool) -> _Found:
     current = (state_dir.package_dir / path).read_bytes()
-    digest = sha256(current)
-    if record is not None and digest == record.sha256_after:
+    if record is not None and sha256(current) == record.sha256_after:
         original = state_dir.read_backup(path, record)
         # Re-run the codemod only when the options changed: status stays a hash check.
-        desired = current if options == recorded else _encode(_examine(target, original, read, options).patched)
-        return FilePlan(path, target.name, State.PATCHED, "applied by vllm-eagle3-patch", current, original, desired)
-    verdict = _examine(target, current, read, options)
+        return _Found(target, path, current, record, original, original if new_options else None)
+    return _Found(target, path, current, record, None, current)
+
+
+def _plan_file(found: _Found, verdict: Optional[Verdict]) -> FilePlan:
+    path, name, current, record = found.path, found.target.name, found.current, found.record
+    if found.original is not None:
+        desired = current if verdict is None else _encode(verdict.patched)
+        return FilePlan(path, name, State.PATCHED, "applied by vllm-eagle3-patch", current, found.original, desired)
+    assert verdict is not None
     if verdict.state is State.PATCHED:
         if record is not None:
-            return FilePlan(path, target.name, State.MODIFIED, "changed since vllm-eagle3-patch applied it", current)
-        return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
+            return FilePlan(path, name, State.MODIFIED, "changed since vllm-eagle3-patch applied it", current)
+        return FilePlan(path, name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
     reason = verdict.reason
     if record is not None:
         reason += " (the manifest is stale: this is not the file apply wrote; reinstalled?)"
-    return FilePlan(path, target.name, verdict.state, reason, current, current, _encode(verdict.patched))
+    return FilePlan(path, name, verdict.state, reason, current, current, _encode(verdict.patched))
 
 
-def _examine(target: Target, data: bytes, read: ReadFile, options: Options) -> Verdict:
+def examine_all(jobs: list[tuple[Target, bytes]], package_dir: Path, options: Options) -> list[Verdict]:
+    """Every ``(target, file bytes)`` examined, on all cores.
+
+    Parsing and transforming are nearly all of a plan's time, and each file stands
+    alone, so the files go to forked workers, the largest first, which already hold LibCST.
+    """
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2:
+        return [_examine(target, data, package_dir, options) for target, data in jobs]
+    order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1]))
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {i: pool.submit(_examine, *jobs[i], package_dir, options) for i in order}
+        return [futures[i].result() for i in range(len(jobs))]
+
+
+def _examine(target: Target, data: bytes, package_dir: Path, options: Options) -> Verdict:
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError:
         return Verdict(State.UNSUPPORTED, "not UTF-8 text")
-    return target.examine(source, read, options)
+    return target.examine(source, _reader(package_dir), options)
 
 
 def _encode(text: Optional[str]) -> Optional[bytes]:

@@ -70,15 +70,16 @@ class DeepseekV2Model(nn.Module):
     def forward(self, positions, intermediate_tensors):
         hidden_states, residual = intermediate_tensors
         aux_hidden_states = []  # vllm-eagle3-patch
+        aux_layer_ids = self.aux_hidden_state_layers  # vllm-eagle3-patch
         for aux_layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):  # vllm-eagle3-patch
-            if aux_layer_idx in self.aux_hidden_state_layers:  # vllm-eagle3-patch
+            if aux_layer_idx in aux_layer_ids:  # vllm-eagle3-patch
                 aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
             hidden_states, residual = layer(positions, hidden_states, residual)
 
         if not get_pp_group().is_last_rank:
             return IntermediateTensors(hidden_states, residual)
 
-        if self.end_layer in self.aux_hidden_state_layers:  # vllm-eagle3-patch
+        if self.end_layer in aux_layer_ids:  # vllm-eagle3-patch
             aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
         hidden_states, _ = self.norm(hidden_states, residual)
         if aux_hidden_states:  # vllm-eagle3-patch
@@ -188,6 +189,7 @@ def examine(code: str):
         (lambda s: s.replace("hidden_states, residual = layer(", "out = layer("), "decoder layer call"),
         (lambda s: s + "\n\nclass DeepseekV2Model:\n    pass\n", "found 2"),
         (lambda s: s.replace("residual = intermediate_tensors", "residual = aux_layer_idx = intermediate_tensors"), "aux_layer_idx"),
+        (lambda s: s.replace("residual = intermediate_tensors", "residual = aux_layer_ids = intermediate_tensors"), "aux_layer_ids"),
         (lambda s: s.replace("def forward(self, x):", "def forward(self, x:"), "not valid Python"),
     ],
 )

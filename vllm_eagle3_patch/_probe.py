@@ -6,7 +6,6 @@ so one piece of code answers both ways; it imports only the standard library.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 
@@ -17,9 +16,11 @@ def find_vllm() -> dict:
     location = None
     if spec is not None and spec.submodule_search_locations:
         location = list(spec.submodule_search_locations)[0]
+    from importlib import metadata  # here, not at the top: --vllm-dir runs never need it (25 ms)
+
     try:
-        version = importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
+        version = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
         version = None
     return {"location": location, "version": version}
 

@@ -112,7 +112,7 @@ def find_install(args: argparse.Namespace) -> VllmInstall:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args))
+    plan = make_plan(find_install(args), states_only=True)
     if args.json:
         emit_json(render.status_data(plan))
     elif not args.quiet:

@@ -46,10 +46,9 @@ def judge(
         if why_native:
             return Verdict(State.NATIVE, why_native)
         preconditions()
-        patched = make_codemod().transform_module(module).code
+        patched = make_codemod().transform_module(module)
     except Unrecognised as error:
         return Verdict(State.UNSUPPORTED, str(error))
-    compile(patched, "<patched>", "exec")  # a codemod bug must never reach a user's disk
     return Verdict(State.UNPATCHED, "patchable", patched)
 
 

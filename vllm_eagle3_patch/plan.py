@@ -19,7 +19,7 @@ from . import __version__
 from .errors import ToolError
 from .locate import VllmInstall
 from .manifest import FileRecord, Manifest, StateDir, sha256
-from .target import Options, ReadFile, State, Target, Verdict
+from .target import Options, ReadFile, State, Target
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,12 @@ def load_targets() -> tuple[Target, ...]:
     return tuple(importlib.import_module(f"{patches.__name__}.{name}").TARGET for name in names)
 
 
-def make_plan(install: VllmInstall, options: Optional[Options] = None) -> Plan:
+def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states_only: bool = False) -> Plan:
     """Look at every target file of ``install``.
 
     ``options`` None means "as recorded": a later ``apply`` keeps the choices (layer ids)
-    of the earlier one unless the user gives new ones.
+    of the earlier one unless the user gives new ones.  ``states_only`` (``status``) skips
+    writing out the patched texts, a third of the work: its files have no ``desired`` text.
     """
     state_dir = StateDir(install.package_dir)
     manifest = state_dir.load()
@@ -103,7 +104,8 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None) -> Plan:
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     to_examine = [f for f in files if isinstance(f, _Found) and f.examine is not None]
-    verdicts = examine_all([(f.target, f.examine) for f in to_examine], install.package_dir, options)  # type: ignore[misc]
+    jobs = [(f.target, f.examine) for f in to_examine]
+    verdicts = examine_all(jobs, install.package_dir, options, with_text=not states_only)  # type: ignore[arg-type]
     verdict_of = {id(f): verdict for f, verdict in zip(to_examine, verdicts)}
     planned = tuple(_plan_file(f, verdict_of.get(id(f))) if isinstance(f, _Found) else f for f in files)
     return Plan(install, planned, manifest, options)
@@ -132,10 +134,19 @@ def _find(target: Target, path: str, state_dir: StateDir, record: Optional[FileR
     return _Found(target, path, current, record, None, current)
 
 
-def _plan_file(found: _Found, verdict: Optional[Verdict]) -> FilePlan:
+@dataclass(frozen=True)
+class Examined:
+    """A verdict as it comes back from a worker: with the patched text, not the tree."""
+
+    state: State
+    reason: str
+    patched: Optional[bytes] = None
+
+
+def _plan_file(found: _Found, verdict: Optional[Examined]) -> FilePlan:
     path, name, current, record = found.path, found.target.name, found.current, found.record
     if found.original is not None:
-        desired = current if verdict is None else _encode(verdict.patched)
+        desired = current if verdict is None else verdict.patched
         return FilePlan(path, name, State.PATCHED, "applied by vllm-eagle3-patch", current, found.original, desired)
     assert verdict is not None
     if verdict.state is State.PATCHED:
@@ -145,10 +156,12 @@ def _plan_file(found: _Found, verdict: Optional[Verdict]) -> FilePlan:
     reason = verdict.reason
     if record is not None:
         reason += " (the manifest is stale: this is not the file apply wrote; reinstalled?)"
-    return FilePlan(path, name, verdict.state, reason, current, current, _encode(verdict.patched))
+    return FilePlan(path, name, verdict.state, reason, current, current, verdict.patched)
 
 
-def examine_all(jobs: list[tuple[Target, bytes]], package_dir: Path, options: Options) -> list[Verdict]:
+def examine_all(
+    jobs: list[tuple[Target, bytes]], package_dir: Path, options: Options, with_text: bool = True
+) -> list[Examined]:
     """Every ``(target, file bytes)`` examined, on all cores.
 
     Parsing and transforming are nearly all of a plan's time, and each file stands
@@ -156,19 +169,20 @@ def examine_all(jobs: list[tuple[Target, bytes]], package_dir: Path, options: Op
     """
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers < 2:
-        return [_examine(target, data, package_dir, options) for target, data in jobs]
+        return [_examine(target, data, package_dir, options, with_text) for target, data in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1]))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {i: pool.submit(_examine, *jobs[i], package_dir, options) for i in order}
+        futures = {i: pool.submit(_examine, *jobs[i], package_dir, options, with_text) for i in order}
         return [futures[i].result() for i in range(len(jobs))]
 
 
-def _examine(target: Target, data: bytes, package_dir: Path, options: Options) -> Verdict:
+def _examine(target: Target, data: bytes, package_dir: Path, options: Options, with_text: bool) -> Examined:
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError:
-        return Verdict(State.UNSUPPORTED, "not UTF-8 text")
-    return target.examine(source, _reader(package_dir), options)
+        return Examined(State.UNSUPPORTED, "not UTF-8 text")
+    verdict = target.examine(source, _reader(package_dir), options)
+    return Examined(verdict.state, verdict.reason, _encode(verdict.patched) if with_text else None)
 
 
 def _encode(text: Optional[str]) -> Optional[bytes]:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
+
+if TYPE_CHECKING:
+    import libcst as cst
 
 MARKER = "vllm-eagle3-patch"
 """The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
@@ -37,13 +41,23 @@ class Options:
 class Verdict:
     """A codemod's answer for one source text.
 
-    ``patched`` is the new text when the state is UNPATCHED (and when it is PATCHED with
+    ``tree`` is the patched module when the state is UNPATCHED (and when it is PATCHED with
     this tool's marks, it is None: the codemod cannot rebuild the original).
     """
 
     state: State
     reason: str
-    patched: Optional[str] = None
+    tree: Optional[cst.Module] = None
+
+    @cached_property
+    def patched(self) -> Optional[str]:
+        """The patched text, written out only when asked: ``status`` never needs it, and
+        writing out a module costs about as much as its transform."""
+        if self.tree is None:
+            return None
+        code = self.tree.code
+        compile(code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
+        return code
 
 
 ReadFile = Callable[[str], Optional[str]]

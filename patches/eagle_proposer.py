@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import libcst as cst
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import (
+    cst,
     assigned,
     find,
     find_statements,

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import libcst as cst
 
 from vllm_eagle3_patch.codemod import implements_eagle3, judge
 from vllm_eagle3_patch.cst_tools import (
+    cst,
     add_base,
     add_import,
     add_methods,

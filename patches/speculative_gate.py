@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-import libcst as cst
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import (
+    cst,
     append_items,
     assigned,
     find,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
-import libcst as cst
-
-from .cst_tools import has_mark, has_method, parse, top_level_class
+from .cst_tools import cst, has_mark, has_method, parse, top_level_class
 from .target import State, Unrecognised, Verdict
 
 
@@ -22,7 +20,7 @@ class ModuleCodemod(Protocol):
         """The patched module; raises :class:`Unrecognised` where the expected structure is missing."""
 
 
-NativeCheck = Callable[[cst.Module], Optional[str]]
+NativeCheck = Callable[["cst.Module"], Optional[str]]
 """Returns why the module already does the job itself, or None."""
 
 

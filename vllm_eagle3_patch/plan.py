@@ -6,10 +6,8 @@
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 import os
 import pkgutil
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -170,6 +168,9 @@ def examine_all(
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers < 2:
         return [_examine(target, data, package_dir, options, with_text) for target, data in jobs]
+    import multiprocessing  # here: a plan that only compares hashes never needs them
+    from concurrent.futures import ProcessPoolExecutor
+
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1]))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
         futures = {i: pool.submit(_examine, *jobs[i], package_dir, options, with_text) for i in order}

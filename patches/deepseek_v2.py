@@ -220,6 +220,7 @@ class DeepseekV2Target(SingleFileTarget):
             lambda: DeepseekV2Eagle3(protocol=_has_protocol(read), aux_layers=options.aux_layers),
             native=lambda module: implements_eagle3(module, CAUSAL_LM),
             preconditions=lambda: _no_eagle3_in_release(read),
+            reads=lambda function: function.cls == MODEL and function.name in ("__init__", "forward"),
         )
 
 

@@ -122,7 +122,7 @@ class EagleProposerTarget(SingleFileTarget):
         return None
 
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
-        return judge(source, KimiK25MediaToken, native=_native)
+        return judge(source, KimiK25MediaToken, native=_native, reads=lambda function: function.name == LOAD_MODEL)
 
 
 TARGET = EagleProposerTarget()

@@ -86,6 +86,7 @@ class KimiK25Target(SingleFileTarget):
             source,
             lambda: KimiK25Eagle3(aux_layers=options.aux_layers),
             native=lambda module: implements_eagle3(module, WRAPPER),
+            reads=lambda function: function.cls == WRAPPER and function.name == "__init__",
         )
 
 

@@ -46,6 +46,8 @@ WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
 GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
 CONFIG = "SpeculativeConfig"
+READ_WORDS = (*GATE_SIGNS, "llama")
+"""Words of the methods of ``SpeculativeConfig`` the codemod and the native check read: the gate's."""
 
 
 
@@ -102,12 +104,10 @@ class SpeculativeGate:
         return mark(gate.with_changes(test=test))  # type: ignore[return-value]
 
 
-def _native(module: cst.Module) -> Optional[str]:
-    config = top_level_class(module, CONFIG)
-    code = cst.Module([]).code_for_node(config)
-    if "eagle3" in code and not any(sign in code for sign in GATE_SIGNS):
+def _native(module: cst.Module, source: str) -> Optional[str]:
+    if "eagle3" in source and not any(sign in source for sign in GATE_SIGNS):
         return "no EAGLE-3 target whitelist in this release"
-    for line in _whitelists(config):
+    for line in _whitelists(top_level_class(module, CONFIG)):
         listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
         if all(any(entry in model_type for entry in listed) for model_type in MODEL_TYPES):
             return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3 and Kimi-K2 (upstream support)"
@@ -139,8 +139,9 @@ class SpeculativeGateTarget:
         return judge(
             source,
             SpeculativeGate,
-            native=_native,
+            native=lambda module: _native(module, source),
             preconditions=_require_eagle3(source),
+            reads=lambda function: function.cls == CONFIG and any(word in function.text for word in READ_WORDS),
         )
 
 

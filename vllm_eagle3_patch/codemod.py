@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Protocol
 
 from .cst_tools import cst, has_mark, has_method, parse, top_level_class
+from .outline import Keep, outline
 from .target import State, Unrecognised, Verdict
 
 
@@ -29,17 +30,21 @@ def judge(
     make_codemod: Callable[[], ModuleCodemod],
     native: NativeCheck,
     preconditions: Callable[[], None] = lambda: None,
+    reads: Keep = lambda function: True,
 ) -> Verdict:
     """Run ``make_codemod``'s codemod on ``source`` and say what the file is.
 
     A file carrying this tool's marker is patched; otherwise a file the codemod cannot
     find its way through is unsupported, with the codemod's reason.  ``preconditions``
     raises :class:`Unrecognised` when the rest of the release rules the patch out.
+    ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
+    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.outline`).
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
+    parsed = outline(source, reads)
     try:
-        module = parse(source)
+        module = parse(parsed.text)
         why_native = native(module)
         if why_native:
             return Verdict(State.NATIVE, why_native)
@@ -47,7 +52,7 @@ def judge(
         patched = make_codemod().transform_module(module)
     except Unrecognised as error:
         return Verdict(State.UNSUPPORTED, str(error))
-    return Verdict(State.UNPATCHED, "patchable", patched)
+    return Verdict(State.UNPATCHED, "patchable", patched, parsed)
 
 
 def implements_eagle3(module: cst.Module, class_name: str) -> Optional[str]:

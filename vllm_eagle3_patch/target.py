@@ -7,6 +7,7 @@ The engine never knows what a patch changes; it only reads, asks, and writes.
 from __future__ import annotations
 
 import enum
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
 if TYPE_CHECKING:
     import libcst as cst
+
+    from .outline import Outline
 
 MARKER = "vllm-eagle3-patch"
 """The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
@@ -42,12 +45,14 @@ class Verdict:
     """A codemod's answer for one source text.
 
     ``tree`` is the patched module when the state is UNPATCHED (and when it is PATCHED with
-    this tool's marks, it is None: the codemod cannot rebuild the original).
+    this tool's marks, it is None: the codemod cannot rebuild the original); ``outline``
+    puts back the function bodies it was parsed without.
     """
 
     state: State
     reason: str
     tree: Optional[cst.Module] = None
+    outline: Optional[Outline] = None
 
     @cached_property
     def patched(self) -> Optional[str]:
@@ -55,8 +60,10 @@ class Verdict:
         writing out a module costs about as much as its transform."""
         if self.tree is None:
             return None
-        code = self.tree.code
-        compile(code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
+        code = self.tree.code if self.outline is None else self.outline.restore(self.tree.code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # vLLM's own invalid escapes are not ours to report
+            compile(code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
         return code
 
 

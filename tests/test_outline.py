@@ -1,0 +1,133 @@
+"""Setting function bodies aside before LibCST parses a file must change nothing in the result."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+from wheel_corpus import ALL_RELEASES, release_tree
+
+from vllm_eagle3_patch import codemod
+from vllm_eagle3_patch.outline import Outline, outline
+from vllm_eagle3_patch.plan import load_targets
+from vllm_eagle3_patch.target import Options, State
+
+SAMPLE = '''\
+"""A module."""
+import functools
+
+
+def helper(x):
+    """Doc."""
+    return x + 1
+
+
+def one_liner(): return 1
+
+
+def two_line_header(
+        a, b): return a
+
+
+@functools.cache
+async def decorated(a,
+                    b):
+    # a comment first
+    await a
+    return b
+    # a trailing comment at body indentation
+
+class Model:
+    attribute = 1
+
+    def __init__(self):
+        self.x = """multi
+line"""
+
+    def forward(self, x):
+        return x; x += 1
+
+    class Inner:
+        def method(self):
+            return 2
+'''
+
+NOTHING_KEPT = lambda function: False  # noqa: E731
+
+
+def round_trip(source: str, keep=NOTHING_KEPT) -> tuple[Outline, str]:
+    parsed = outline(source, keep)
+    return parsed, parsed.restore(cst.parse_module(parsed.text).code)
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_bodies_set_aside_come_back_byte_for_byte(newline, final_newline):
+    source = SAMPLE if final_newline else SAMPLE.rstrip("\n")
+    source = source.replace("\n", newline)
+    parsed, restored = round_trip(source)
+    assert restored == source
+    assert len(parsed.bodies) == 4  # helper, decorated, __init__, forward; one-liners and Inner's method stay
+    assert "return x + 1" not in parsed.text and "await a" not in parsed.text
+    assert "# a comment first" in parsed.text  # before the first statement: not part of the span
+    assert "def one_liner(): return 1" in parsed.text and "return 2" in parsed.text
+
+
+def test_keep_sees_class_name_and_source_and_keeps_what_it_accepts():
+    seen = []
+
+    def keep(function):
+        seen.append((function.cls, function.name))
+        return function.name == "forward"
+
+    parsed, restored = round_trip(SAMPLE, keep)
+    assert restored == SAMPLE
+    assert "return x; x += 1" in parsed.text and "return x + 1" not in parsed.text
+    assert (None, "helper") in seen and ("Model", "forward") in seen and ("Inner", "method") not in seen
+    texts = []
+    outline(SAMPLE, lambda function: texts.append(function.text) or True)
+    assert texts[0] == 'def helper(x):\n    """Doc."""\n    return x + 1\n'
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["def f(:\n    return 1\n", "def f():\r    return 1\r", "type Alias = int\ndef f():\n    return 1\n"],
+    ids=["syntax-error", "lone-cr", "newer-syntax-than-this-python"],
+)
+def test_sources_the_standard_parser_cannot_read_are_left_whole(source):
+    parsed = outline(source, NOTHING_KEPT)
+    if parsed.bodies:  # this Python reads the newer syntax after all
+        pytest.skip("this Python parses `type` statements; nothing to fall back from")
+    assert parsed.text == source and parsed.restore(source) == source
+
+
+def test_a_codemod_that_changes_a_set_aside_function_is_caught():
+    parsed = outline(SAMPLE, NOTHING_KEPT)
+    code = cst.parse_module(parsed.text).code
+    first_placeholder = next(line for line in code.splitlines(keepends=True) if "<set aside 0 " in line)
+    with pytest.raises(RuntimeError, match="3 of 4 set-aside function bodies"):
+        parsed.restore(code.replace(first_placeholder, "    return 0\n"))
+
+
+@pytest.mark.parametrize("version", [v for v in ALL_RELEASES])
+def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(
+    version, monkeypatch
+):
+    """The real files: outlined and whole, each codemod must say and write exactly the same."""
+    package_dir = release_tree(version) / "vllm"
+    read = lambda relative: (package_dir / relative).read_text(encoding="utf-8", errors="replace")  # noqa: E731
+    compared = 0
+    for target in load_targets():
+        path = target.locate(package_dir)
+        if path is None:
+            continue
+        source = (package_dir / path).read_text(encoding="utf-8")
+        _, restored = round_trip(source)
+        assert restored == source, f"{version} {path}: outline round trip"
+        outlined = target.examine(source, read, Options(aux_layers=(1, 2, 3)))
+        with monkeypatch.context() as whole:
+            whole.setattr(codemod, "outline", lambda source, reads: Outline(source, (), ""))
+            parsed_whole = target.examine(source, read, Options(aux_layers=(1, 2, 3)))
+        assert (outlined.state, outlined.reason) == (parsed_whole.state, parsed_whole.reason), f"{version} {path}"
+        assert outlined.patched == parsed_whole.patched, f"{version} {path}: patched text differs"
+        compared += outlined.state is State.UNPATCHED
+    assert compared or version in ("0.18.0", "0.30.0", "0.8.4")

@@ -20,6 +20,15 @@ import wheel_corpus  # noqa: E402
 TESTS = Path(__file__).parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def state_cache_of_this_session(tmp_path_factory):
+    """``status`` caches verdicts: in this session's temporary directory, never in the user's home."""
+    directory = tmp_path_factory.mktemp("state-cache")
+    os.environ["VLLM_EAGLE3_PATCH_CACHE_DIR"] = str(directory)
+    yield directory
+    del os.environ["VLLM_EAGLE3_PATCH_CACHE_DIR"]
+
+
 @pytest.fixture
 def release(tmp_path_factory):
     """``release("0.17.1")``: a private copy of that release's ``vllm`` directory, with its dist-info."""

@@ -10,12 +10,13 @@ import pkgutil
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from . import __version__
 from .errors import ToolError
 from .locate import VllmInstall
 from .manifest import FileRecord, Manifest, StateDir, sha256
+from .state_cache import StateCache, default_directory
 from .target import Options, ReadFile, State, Target, Verdict
 
 
@@ -90,6 +91,7 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states
     if options is None or options.aux_layers is None:
         options = recorded
     read = _reader(install.package_dir)
+    examine: Examine = StateCache(default_directory()).examine if states_only else _examine
     files = []
     for target in load_targets():
         path = target.locate(install.package_dir)
@@ -98,7 +100,7 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
         record = manifest.files.get(path) if manifest else None
-        files.append(_plan_file(target, path, read, state_dir, record, options, recorded, not states_only))
+        files.append(_plan_file(target, path, read, state_dir, record, options, recorded, examine))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     return Plan(install, tuple(files), manifest, options)
@@ -112,15 +114,15 @@ def _plan_file(
     record: Optional[FileRecord],
     options: Options,
     recorded: Options,
-    with_text: bool,
+    examine: Examine,
 ) -> FilePlan:
     current = (state_dir.package_dir / path).read_bytes()
     if record is not None and sha256(current) == record.sha256_after:
         original = state_dir.read_backup(path, record)
         # Re-run the codemod only when the options changed: status stays a hash check.
-        desired = current if options == recorded else _text(_examine(target, original, read, options), with_text)
+        desired = current if options == recorded else _text(_decoded(examine, target, original, read, options))
         return FilePlan(path, target.name, State.PATCHED, "applied by vllm-eagle3-patch", current, original, desired)
-    verdict = _examine(target, current, read, options)
+    verdict = _decoded(examine, target, current, read, options)
     if verdict.state is State.PATCHED:
         if record is not None:
             return FilePlan(path, target.name, State.MODIFIED, "changed since vllm-eagle3-patch applied it", current)
@@ -128,20 +130,28 @@ def _plan_file(
     reason = verdict.reason
     if record is not None:
         reason += " (the manifest is stale: this is not the file apply wrote; reinstalled?)"
-    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict, with_text))
+    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict))
 
 
-def _examine(target: Target, data: bytes, read: ReadFile, options: Options) -> Verdict:
+Examine = Callable[[Target, str, ReadFile, Options], Verdict]
+"""How a plan asks a target about a file: ``_examine``, or ``StateCache.examine`` for states alone."""
+
+
+def _examine(target: Target, source: str, read: ReadFile, options: Options) -> Verdict:
+    return target.examine(source, read, options)
+
+
+def _decoded(examine: Examine, target: Target, data: bytes, read: ReadFile, options: Options) -> Verdict:
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError:
         return Verdict(State.UNSUPPORTED, "not UTF-8 text")
-    return target.examine(source, read, options)
+    return examine(target, source, read, options)
 
 
-def _text(verdict: Verdict, wanted: bool) -> Optional[bytes]:
-    """The patched text, when it is wanted (writing it out costs as much as the transform)."""
-    return verdict.patched.encode("utf-8") if wanted and verdict.patched is not None else None
+def _text(verdict: Verdict) -> Optional[bytes]:
+    """The patched text (None: there is none, or only the state was asked for)."""
+    return verdict.patched.encode("utf-8") if verdict.patched is not None else None
 
 
 def _reader(package_dir: Path) -> ReadFile:

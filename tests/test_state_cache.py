@@ -1,0 +1,112 @@
+"""``status`` remembers verdicts by the hash of everything they depend on, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_cli
+
+from vllm_eagle3_patch.state_cache import StateCache
+from vllm_eagle3_patch.target import Options, State, Verdict
+
+RUNNER = "v1/worker/gpu_model_runner.py"
+MODEL = "model_executor/models/deepseek_v2.py"
+
+
+def status(package_dir: Path, cache: Path | str) -> tuple[dict, str]:
+    """``status --json`` and the modules it imported (``-X importtime``)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), "status", "--json"],
+        capture_output=True,
+        text=True,
+        env={"VLLM_EAGLE3_PATCH_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    return json.loads(result.stdout), result.stderr
+
+
+def states(report: dict) -> dict[str, str]:
+    return {t["file"]: t["state"] for t in report["targets"]}
+
+
+def test_a_second_status_answers_from_hashes_without_importing_libcst(release, tmp_path):
+    package_dir = release("0.17.1")
+    first, first_imports = status(package_dir, tmp_path / "cache")
+    second, second_imports = status(package_dir, tmp_path / "cache")
+    assert first == second and first["state"] == "unpatched"
+    assert "libcst" in first_imports and "libcst" not in second_imports
+    assert len(list((tmp_path / "cache").glob("*.json"))) == len(first["targets"])
+
+
+def test_a_changed_file_beside_the_target_is_noticed(release, tmp_path):
+    package_dir = release("0.17.1")
+    status(package_dir, tmp_path / "cache")
+    runner = package_dir / RUNNER
+    runner.write_text(runner.read_text().replace("set_aux_hidden_state_layers", "set_aux_layers_elsewhere"))
+    report, imports = status(package_dir, tmp_path / "cache")
+    assert states(report)[MODEL] == "unsupported" and "libcst" in imports
+
+
+def test_a_changed_target_file_is_judged_afresh(release, tmp_path):
+    package_dir = release("0.17.1")
+    status(package_dir, tmp_path / "cache")
+    model = package_dir / MODEL
+    model.write_text(model.read_text().replace("class DeepseekV2Model(", "class DeepseekV2Renamed("))
+    report, _ = status(package_dir, tmp_path / "cache")
+    assert states(report)[MODEL] == "unsupported"
+
+
+def test_an_unusable_or_damaged_cache_changes_no_answer(release, tmp_path):
+    package_dir = release("0.17.1")
+    expected, _ = status(package_dir, tmp_path / "cache")
+    for entry in (tmp_path / "cache").glob("*.json"):
+        entry.write_text('{"state": "patched", "reason": ')  # cut short
+    assert status(package_dir, tmp_path / "cache")[0] == expected
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    assert status(package_dir, not_a_directory)[0] == expected
+
+
+def test_an_empty_variable_turns_the_cache_off(release, tmp_path):
+    package_dir = release("0.17.1")
+    result = run_cli("--vllm-dir", str(package_dir), "status", "--json", env={"VLLM_EAGLE3_PATCH_CACHE_DIR": ""}, cwd=tmp_path)
+    assert result.returncode == 0 and json.loads(result.stdout)["state"] == "unpatched"
+    assert not list(tmp_path.rglob("*.json"))
+    _, imports = status(package_dir, "")
+    assert "libcst" in imports
+
+
+class CountingTarget:
+    """A stand-in target that counts how often it is really asked."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def examine(self, source, read, options):
+        self.calls += 1
+        read("beside.py")
+        return Verdict(State.UNPATCHED, f"patchable ({len(source)} chars)")
+
+
+def test_the_key_holds_the_tool_source_the_text_and_the_options(tmp_path):
+    target = CountingTarget()
+    beside = {"beside.py": "x = 1\n"}
+    read = beside.get
+
+    def ask(fingerprint: str, source: str = "a = 1\n", options: Options = Options()) -> Verdict:
+        return StateCache(tmp_path, lambda: fingerprint).examine(target, source, read, options)
+
+    assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)")
+    assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)") and target.calls == 1
+    ask("tool-2")  # a new release of this tool, or of LibCST
+    ask("tool-1", source="a = 2\n")
+    ask("tool-1", options=Options(aux_layers=(1, 2, 3)))
+    assert target.calls == 4
+    beside["beside.py"] = "x = 2\n"
+    ask("tool-1")
+    assert target.calls == 5

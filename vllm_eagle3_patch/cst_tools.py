@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+from functools import lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
@@ -73,10 +74,15 @@ def walk(node: cst.CSTNode, into: Callable[[cst.CSTNode], bool] = lambda _: True
             stack.extend(reversed(_children(current)))
 
 
+@lru_cache(maxsize=None)
+def _field_names(kind: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(kind))
+
+
 def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
     children: list[cst.CSTNode] = []
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name)
+    for name in _field_names(type(node)):
+        value = getattr(node, name)
         if isinstance(value, cst.CSTNode):
             children.append(value)
         elif isinstance(value, (list, tuple)):

@@ -53,7 +53,7 @@ NOISY_SPREAD = 0.15  # (max - min) / median of the import baseline
 COMMAND_NAMES = (
     "import", "apply", "status (patched)", "status (unpatched)", "status (unpatched, first look)", "diff", "revert",
 )  # fmt: skip
-CACHE_VARIABLE = "VLLM_EAGLE3_PATCH_CACHE_DIR"  # where status keeps verdicts (vllm_eagle3_patch/state_cache.py)
+CACHE_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"  # where status keeps verdicts (vllm_eagle3_patch/state_cache.py)
 
 
 # ---------------------------------------------------------------------------------------------

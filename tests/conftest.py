@@ -24,9 +24,9 @@ TESTS = Path(__file__).parent
 def state_cache_of_this_session(tmp_path_factory):
     """``status`` caches verdicts: in this session's temporary directory, never in the user's home."""
     directory = tmp_path_factory.mktemp("state-cache")
-    os.environ["VLLM_EAGLE3_PATCH_CACHE_DIR"] = str(directory)
+    os.environ["VLLM_EAGLE3_PATCH_VERDICT_CACHE"] = str(directory)
     yield directory
-    del os.environ["VLLM_EAGLE3_PATCH_CACHE_DIR"]
+    del os.environ["VLLM_EAGLE3_PATCH_VERDICT_CACHE"]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ kept under the user's cache directory keyed by all of them; a later ``status`` a
 hashes without importing LibCST.  Only states and reasons are kept: ``diff`` and ``apply``
 always run the codemods, so nothing read from this cache ever reaches a vLLM file.
 
-The directory is ``$VLLM_EAGLE3_PATCH_CACHE_DIR`` (empty: no cache), else
+The directory is ``$VLLM_EAGLE3_PATCH_VERDICT_CACHE`` (empty: no cache), else
 ``$XDG_CACHE_HOME/vllm-eagle3-patch/states`` or ``~/.cache/vllm-eagle3-patch/states``.
 A cache that cannot be read or written is simply not used.
 """
@@ -26,7 +26,7 @@ from typing import Callable, Optional
 from .fileio import write_atomically
 from .target import Options, ReadFile, State, Target, Verdict
 
-ENVIRONMENT_VARIABLE = "VLLM_EAGLE3_PATCH_CACHE_DIR"
+ENVIRONMENT_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
 
 
 def default_directory() -> Optional[Path]:

@@ -17,11 +17,11 @@ from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
 
 from vllm_eagle3_patch.codemod import implements_eagle3, judge
 from vllm_eagle3_patch.cst_tools import (
-    cst,
     add_base,
     add_import,
     add_methods,
     assigned,
+    cst,
     find,
     is_attribute,
     is_name,

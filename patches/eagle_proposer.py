@@ -12,11 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import (
-    cst,
     assigned,
+    cst,
     find,
     find_statements,
     is_attribute,
@@ -80,11 +79,22 @@ class KimiK25MediaToken:
 
 def _generic_branches(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef, cst.If]]:
     """Every generic image-token branch in a proposer's ``load_model``, with its class and method."""
-    found = []
-    for cls in (s for s in tree.body if isinstance(s, cst.ClassDef)):
-        for load_model in (s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == LOAD_MODEL):
-            found.extend((cls, load_model, branch) for branch in find_statements(load_model, cst.If, _is_generic_branch))
-    return found
+    return [
+        (cls, load_model, branch)
+        for cls, load_model in _load_models(tree)
+        for branch in find_statements(load_model, cst.If, _is_generic_branch)
+    ]
+
+
+def _load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef]]:
+    """Every class's ``load_model`` method (the proposer and its subclasses)."""
+    return [
+        (cls, statement)
+        for cls in tree.body
+        if isinstance(cls, cst.ClassDef)
+        for statement in cls.body.body
+        if isinstance(statement, cst.FunctionDef) and statement.name.value == LOAD_MODEL
+    ]
 
 
 def _compared_name(branch: cst.If) -> cst.BaseExpression:
@@ -100,10 +110,7 @@ def _compared_name(branch: cst.If) -> cst.BaseExpression:
 
 
 def _native(module: cst.Module) -> Optional[str]:
-    load_models = [
-        s for c in module.body if isinstance(c, cst.ClassDef) for s in c.body.body
-        if isinstance(s, cst.FunctionDef) and s.name.value == LOAD_MODEL
-    ]  # fmt: skip
+    load_models = [load_model for _, load_model in _load_models(module)]
     if any(find(f, cst.SimpleString, lambda s: is_string(s, WRAPPER)) for f in load_models):
         return "the proposer already knows Kimi-K2.5's media token (upstream support)"
     if not any(find_statements(f, cst.SimpleStatementLine, _copies_image_token_index) for f in load_models):

@@ -15,14 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-
 from vllm_eagle3_patch.codemod import implements_eagle3, judge
 from vllm_eagle3_patch.cst_tools import (
-    cst,
     add_base,
     add_import,
     add_methods,
     assigned,
+    cst,
     find_statements,
     is_name,
     is_self_attribute,

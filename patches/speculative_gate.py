@@ -20,12 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.cst_tools import (
-    cst,
     append_items,
     assigned,
+    cst,
     find,
     find_statements,
     is_name,

@@ -108,7 +108,7 @@ def test_a_codemod_that_changes_a_set_aside_function_is_caught():
         parsed.restore(code.replace(first_placeholder, "    return 0\n"))
 
 
-@pytest.mark.parametrize("version", [v for v in ALL_RELEASES])
+@pytest.mark.parametrize("version", ALL_RELEASES)
 def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(
     version, monkeypatch
 ):

@@ -41,21 +41,25 @@ def test_a_second_status_answers_from_hashes_without_importing_libcst(release, t
     assert len(list((tmp_path / "cache").glob("*.json"))) == len(first["targets"])
 
 
+def status_after_edit(package_dir: Path, cache: Path, relative: str, old: str, new: str) -> tuple[dict, str]:
+    """``status`` (filling the cache), then ``relative`` edited, then ``status`` again."""
+    status(package_dir, cache)
+    path = package_dir / relative
+    path.write_text(path.read_text().replace(old, new))
+    return status(package_dir, cache)
+
+
 def test_a_changed_file_beside_the_target_is_noticed(release, tmp_path):
-    package_dir = release("0.17.1")
-    status(package_dir, tmp_path / "cache")
-    runner = package_dir / RUNNER
-    runner.write_text(runner.read_text().replace("set_aux_hidden_state_layers", "set_aux_layers_elsewhere"))
-    report, imports = status(package_dir, tmp_path / "cache")
+    report, imports = status_after_edit(
+        release("0.17.1"), tmp_path / "cache", RUNNER, "set_aux_hidden_state_layers", "set_aux_layers_elsewhere"
+    )
     assert states(report)[MODEL] == "unsupported" and "libcst" in imports
 
 
 def test_a_changed_target_file_is_judged_afresh(release, tmp_path):
-    package_dir = release("0.17.1")
-    status(package_dir, tmp_path / "cache")
-    model = package_dir / MODEL
-    model.write_text(model.read_text().replace("class DeepseekV2Model(", "class DeepseekV2Renamed("))
-    report, _ = status(package_dir, tmp_path / "cache")
+    report, _ = status_after_edit(
+        release("0.17.1"), tmp_path / "cache", MODEL, "class DeepseekV2Model(", "class DeepseekV2Renamed("
+    )
     assert states(report)[MODEL] == "unsupported"
 
 

@@ -318,10 +318,13 @@ def _header_length(tree: cst.Module) -> int:
 
 def _imported_module(statement: cst.ImportFrom, package: str) -> str:
     """The absolute name of the module a ``from ... import`` reads (``.interfaces`` -> ``<package>.interfaces``)."""
-    name = cst.Module([]).code_for_node(statement.module) if statement.module is not None else ""
+    from libcst.helpers import get_full_name_for_node  # LibCST's own; imports no matchers
+
+    name = get_full_name_for_node(statement.module) if statement.module is not None else None
     if not statement.relative:
-        return name
-    base = package.split(".")[: len(package.split(".")) - (len(statement.relative) - 1)]
+        return name or ""
+    parts = package.split(".")
+    base = parts[: len(parts) - len(statement.relative) + 1]  # one dot: the package itself
     return ".".join([*base, name] if name else base)
 
 

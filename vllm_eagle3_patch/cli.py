@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the python that imports vLLM for the checks (default: --python's, else this one); "
         "useful with --vllm-dir",
     )
+    check.add_argument(
+        "--engine",
+        action="store_true",
+        help="also run the real engine end to end with tiny models built on the spot (no weights, no network; "
+        "needs transformers; on a machine without a GPU an in-process CPU shim lets vLLM speculate): "
+        "lossless greedy decoding, drafts accepted, the right aux states",
+    )
     check.set_defaults(run=run_verify)
 
     for command in (status, diff, apply, revert, check):
@@ -152,7 +159,7 @@ def run_revert(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args))
-    report = verify.verify(plan, args.interpreter or args.python)
+    report = verify.verify(plan, args.interpreter or args.python, engine=args.engine)
     if args.json:
         emit_json({**render.status_data(plan), **render.verify_data(report)})
     elif not args.quiet:

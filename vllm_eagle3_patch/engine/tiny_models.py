@@ -1,0 +1,242 @@
+"""Tiny random-weight checkpoints for an end-to-end EAGLE-3 run: a DeepSeek-V3 target, a
+locally built tokenizer, and EAGLE-3 drafters whose proposals depend on the aux states.
+
+Runs in the target interpreter (torch, transformers and safetensors come with vLLM); it
+needs no network and no downloaded weights.  Hugging Face transformers' own
+``DeepseekV3ForCausalLM`` builds the target and is the numeric reference: its greedy
+tokens and its hidden states are what vLLM must reproduce.
+
+How a drafter can prove the right layers arrive: its attention and MLP write nothing
+(zero output projections), so its logits are ``lm_head(norm(fc(aux states)))`` and the
+embedding of the next token plays no part.  ``fc`` mixes the three states with fixed
+random projections and ``lm_head`` is solved by least squares so that, on the states
+transformers computes for the reference trajectories, the drafter names the token the
+target will produce one step later.  Fed those very states, it drafts what the target
+accepts; fed any other layer, or nothing, it drafts noise.  The "blind" copy has a zero
+``fc``: its logits are all zero, so it always drafts token 0, which the target never
+produces on the reference prompts (checked when building).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+VOCAB = 96
+HIDDEN = 64
+LAYERS = 8
+"""Eight layers: the default ids ``(2, n // 2, n - 3)`` are ``(2, 4, 5)``, three distinct states."""
+PROMPTS = ((5, 17, 33, 42, 8, 71), (90, 12, 3, 58, 27, 64))
+NEW_TOKENS = 20
+LOGIT_MARGIN = 8.0
+"""The solved drafter gives the wanted token this much more logit than any other."""
+
+
+def target_config(num_layers: int = LAYERS) -> Any:
+    from transformers import DeepseekV3Config
+
+    return DeepseekV3Config(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_rope_head_dim=16,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        head_dim=16,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        routed_scaling_factor=1.0,
+        topk_method="noaux_tc",  # what transformers' router does; vLLM reads these two
+        scoring_func="sigmoid",
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=1,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+
+
+def build_tokenizer(directory: Path) -> None:
+    """A word-level tokenizer over ``<s> </s> <unk> w3 ... w95``: enough for vLLM to load one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<s>", "</s>", "<unk>", *(f"w{i}" for i in range(3, VOCAB))]
+    tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    wrapped.save_pretrained(directory)
+
+
+def build_target(directory: Path, num_layers: int = LAYERS, seed: int = 0) -> Any:
+    """Random DeepSeek-V3 weights saved as safetensors, with the tokenizer beside them."""
+    import torch
+    from transformers import DeepseekV3ForCausalLM
+
+    torch.manual_seed(seed)
+    model = DeepseekV3ForCausalLM(target_config(num_layers)).float().eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    build_tokenizer(directory)
+    return model
+
+
+def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:
+    """Greedy trajectories of transformers and the residual stream at ``layer_ids`` along them.
+
+    vLLM's id ``k < n`` is the input of layer ``k``: transformers' ``output_hidden_states[k]``.
+    Id ``n`` is the output of the last layer before the final norm; transformers' last entry
+    is after the norm, so that one is taken with a hook on the last layer.  The logit margin
+    says how far float noise (vLLM adds up in another order, about 1e-5) is from flipping a
+    greedy choice.
+    """
+    import torch
+
+    trajectories, states, margins = [], [], []
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
+            sequence = out[0].tolist()
+            captured = hidden_states_at(model, torch.tensor([sequence]), layer_ids)
+            logits = model(torch.tensor([sequence])).logits[0]
+        top2 = logits[len(prompt) - 1 : -1].topk(2, dim=-1).values  # the positions that chose a new token
+        margins.append(float((top2[:, 0] - top2[:, 1]).min()))
+        trajectories.append(sequence)
+        states.append(captured)
+    return {"trajectories": trajectories, "states": states, "min_logit_margin": min(margins)}
+
+
+def hidden_states_at(model: Any, sequence: Any, layer_ids: Sequence[int]) -> list[list[list[float]]]:
+    """``[position][layer id in order][hidden]`` for one sequence."""
+    import torch
+
+    layers = model.model.layers
+    last_output: list[Any] = []
+    hook = layers[-1].register_forward_hook(lambda module, args, output: last_output.append(output))
+    try:
+        with torch.no_grad():
+            hidden = model(sequence, output_hidden_states=True).hidden_states
+    finally:
+        hook.remove()
+    last = last_output[-1][0] if isinstance(last_output[-1], tuple) else last_output[-1]
+    per_id = [last[0] if k == len(layers) else hidden[k][0] for k in sorted(layer_ids)]
+    return torch.stack(per_id, dim=1).tolist()
+
+
+def solve_drafter(reference_data: dict[str, Any], seed: int = 1) -> dict[str, Any]:
+    """``fc`` and ``lm_head`` such that the drafter at position t names token t + 2."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    projections = [torch.linalg.qr(torch.randn(HIDDEN, HIDDEN, generator=generator))[0] for _ in range(3)]
+    fc = torch.cat(projections, dim=1) / 3.0  # [hidden, 3 * hidden]
+    features, labels = [], []
+    for sequence, states in zip(reference_data["trajectories"], reference_data["states"]):
+        aux = torch.tensor(states).flatten(1)  # [positions, 3 * hidden], layer order
+        for position in range(len(sequence) - 2):
+            features.append(rms_norm(fc @ aux[position]))
+            labels.append(sequence[position + 2])
+    matrix = torch.stack(features)  # [pairs, hidden]
+    wanted = torch.zeros(len(labels), VOCAB)
+    wanted[torch.arange(len(labels)), torch.tensor(labels)] = LOGIT_MARGIN
+    lm_head = (torch.linalg.pinv(matrix) @ wanted).T.contiguous()  # [vocab, hidden]
+    fitted = (matrix @ lm_head.T).argmax(dim=-1)
+    assert fitted.tolist() == labels, "the drafter's least-squares fit does not reproduce the reference"
+    return {"fc": fc, "lm_head": lm_head}
+
+
+def rms_norm(vector: Any, eps: float = 1e-6) -> Any:
+    return vector * (vector.pow(2).mean() + eps).rsqrt()
+
+
+def save_drafter(directory: Path, solved: dict[str, Any], layer_ids: Sequence[int] | None, blind: bool = False, nested: bool = False) -> None:
+    """An EAGLE-3 checkpoint (``LlamaForCausalLMEagle3``, one layer, the target's vocabulary).
+
+    ``layer_ids``: written as the drafter's ``eagle_aux_hidden_state_layer_ids`` (top level,
+    or under ``eagle_config`` with ``nested``); None leaves the choice to the target.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    heads, head_dim, intermediate = 2, HIDDEN // 2, 128  # CPU attention needs head_dim >= 32
+    zeros, ones = torch.zeros, torch.ones
+    generator = torch.Generator().manual_seed(2)
+    weights = {
+        "fc.weight": zeros(HIDDEN, 3 * HIDDEN) if blind else solved["fc"],
+        "lm_head.weight": solved["lm_head"],
+        "norm.weight": ones(HIDDEN),
+        "midlayer.input_layernorm.weight": ones(HIDDEN),
+        "midlayer.hidden_norm.weight": ones(HIDDEN),
+        "midlayer.post_attention_layernorm.weight": ones(HIDDEN),
+        "midlayer.self_attn.q_proj.weight": torch.randn(heads * head_dim, 2 * HIDDEN, generator=generator) * 0.1,
+        "midlayer.self_attn.k_proj.weight": torch.randn(heads * head_dim, 2 * HIDDEN, generator=generator) * 0.1,
+        "midlayer.self_attn.v_proj.weight": torch.randn(heads * head_dim, 2 * HIDDEN, generator=generator) * 0.1,
+        "midlayer.self_attn.o_proj.weight": zeros(HIDDEN, heads * head_dim),  # attention writes nothing
+        "midlayer.mlp.gate_proj.weight": torch.randn(intermediate, HIDDEN, generator=generator) * 0.1,
+        "midlayer.mlp.up_proj.weight": torch.randn(intermediate, HIDDEN, generator=generator) * 0.1,
+        "midlayer.mlp.down_proj.weight": zeros(HIDDEN, intermediate),  # nor does the MLP
+    }
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous().float() for k, v in weights.items()}, str(directory / "model.safetensors"))
+    config: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": HIDDEN,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": 1,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": head_dim,
+        "vocab_size": VOCAB,
+        "draft_vocab_size": VOCAB,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+    }
+    if layer_ids is not None:
+        ids = list(layer_ids)
+        if nested:
+            config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids}
+        else:
+            config["eagle_aux_hidden_state_layer_ids"] = ids
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def build_all(directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int = LAYERS) -> dict[str, Any]:
+    """The target, and for each named id set a state-dependent and a blind drafter.
+
+    ``layer_id_sets``: ``{"default": (2, 4, 5), "edges": (0, 4, 8)}``.  The drafter of a set
+    named ``default`` carries no ids (the target chooses); the others carry theirs, and a
+    copy ``-without-ids`` does not: fed the default layers, it must get nothing accepted.
+    """
+    model = build_target(directory / "target", num_layers)
+    summary: dict[str, Any] = {"target": str(directory / "target"), "num_layers": num_layers, "prompts": PROMPTS, "sets": {}}
+    for name, ids in layer_id_sets.items():
+        data = reference(model, ids)
+        for sequence in data["trajectories"]:
+            if 0 in sequence[len(PROMPTS[0]):]:
+                raise AssertionError("the target produces token 0, the blind drafter's constant draft")
+        solved = solve_drafter(data)
+        carried = None if name == "default" else ids
+        save_drafter(directory / f"drafter-{name}", solved, carried)
+        save_drafter(directory / f"drafter-{name}-blind", solved, carried, blind=True)
+        if carried is not None:  # trained on these layers but silent about them: the target's default reaches it
+            save_drafter(directory / f"drafter-{name}-without-ids", solved, None)
+        summary["sets"][name] = {"layer_ids": list(ids), **data}
+    return summary

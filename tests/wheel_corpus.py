@@ -45,7 +45,7 @@ def cpu_build_tree(version: str) -> Path:
 
 
 def _extracted(distribution: str, version: str, keep_extensions: bool) -> Path:
-    target = cache_dir() / f"{distribution}-{version}"
+    target = cache_dir() / f"{distribution}-{version}{'-runnable' if keep_extensions else ''}"
     if (target / ".complete").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,10 @@ INTERFACE_ERROR = "Model does not support EAGLE3 interface"
 PATCH_FILES = ("model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py")
 """Everything ``apply`` writes except the speculative-config gate."""
 TOLERANCE = 1e-3
+KIMI_K25_CANNOT_RUN = {
+    "0.15.1": "Kimi-K2.5 in vLLM 0.15.x asks CUDA for its device (torch.cuda.current_device()) while it "
+    "builds the model and always builds the vision tower: it cannot run on a CPU",
+}
 
 
 def selected_releases() -> list[str]:
@@ -82,14 +86,23 @@ def engine(request, tiny_models, tmp_path_factory) -> EngineRuns:
     package = root / "vllm"
     runs = EngineRuns(release, models, reference)
 
-    def engine_run(name: str, drafter: str | None) -> None:
-        runs.runs[name] = run_probe(python, root, models, drafter, reference)
+    kimi = release not in KIMI_K25_CANNOT_RUN
+
+    def engine_run(name: str, drafter: str | None, target: str = "target") -> None:
+        runs.runs[name] = run_probe(python, root, models, drafter, reference, target)
 
     engine_run("unpatched", "drafter-default")
+    if kimi:
+        engine_run("Kimi-K2.5 unpatched", "drafter-default", "kimi-k25")
     applied = run_cli("--vllm-dir", str(package), "apply")
     assert applied.returncode == 0, applied.stderr
     with only_the_gate_patched(package, wheel_corpus.cpu_build_tree(release) / "vllm"):
         engine_run("gate only", "drafter-default")
+        if kimi:
+            engine_run("Kimi-K2.5 gate only", "drafter-default", "kimi-k25")
+    if kimi:
+        engine_run("Kimi-K2.5 default ids", "drafter-default", "kimi-k25")
+        engine_run("Kimi-K2.5 default ids, blind", "drafter-default-blind", "kimi-k25")
     for name, drafter in (
         ("no drafter", None),
         ("default ids", "drafter-default"),
@@ -124,14 +137,17 @@ class only_the_gate_patched:
             (self.package / relative).write_bytes(data)
 
 
-def run_probe(python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any]) -> dict[str, Any]:
+def run_probe(
+    python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any], target: str
+) -> dict[str, Any]:
     case = {
-        "target": str(models / "target"),
+        "target": str(models / target),
+        "no_media": target == "kimi-k25",
         "drafter": str(models / drafter) if drafter else None,
         "prompts": reference["prompts"],
         "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
     }
-    case_file = models / f"case-{os.getpid()}-{drafter}.json"
+    case_file = models / f"case-{os.getpid()}-{target}-{drafter}.json"
     case_file.write_text(json.dumps(case))
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     completed = subprocess.run([python, PROBE, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
@@ -228,3 +244,37 @@ def test_revert_brings_back_the_original_error_and_bytes(engine: EngineRuns) -> 
     run = engine["reverted"]
     assert not run["ok"]
     assert GATE_ERROR in run["error"], run["error"]
+
+
+def kimi_k25(engine: EngineRuns) -> None:
+    if engine.release in KIMI_K25_CANNOT_RUN:
+        pytest.skip(KIMI_K25_CANNOT_RUN[engine.release])
+
+
+def test_kimi_k25_unpatched_refuses_at_the_gate(engine: EngineRuns) -> None:
+    kimi_k25(engine)
+    run = engine["Kimi-K2.5 unpatched"]
+    assert not run["ok"]
+    assert GATE_ERROR in run["error"], run["error"]
+
+
+def test_kimi_k25_gate_alone_trips_over_the_media_token(engine: EngineRuns) -> None:
+    kimi_k25(engine)
+    run = engine["Kimi-K2.5 gate only"]
+    assert not run["ok"]
+    assert "image_token_index" in run["error"], run["error"]
+
+
+def test_kimi_k25_patched_decodes_losslessly_and_accepts(engine: EngineRuns) -> None:
+    kimi_k25(engine)
+    drafted, blind = engine["Kimi-K2.5 default ids"], engine["Kimi-K2.5 default ids, blind"]
+    for run in (drafted, blind):
+        assert_decoded(run)
+        assert run["tokens"] == generated(engine.reference)  # the same language model as the DeepSeek target
+    assert drafted["accepted_tokens"] == drafted["draft_tokens"] > 0, drafted
+    assert blind["draft_tokens"] > 0 and blind["accepted_tokens"] == 0, blind
+
+
+def test_kimi_k25_drafter_gets_transformers_hidden_states(engine: EngineRuns) -> None:
+    kimi_k25(engine)
+    assert_states_match(engine["Kimi-K2.5 default ids"], engine.reference, "default")

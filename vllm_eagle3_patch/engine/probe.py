@@ -114,8 +114,9 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
         "enforce_eager": True,
         "seed": 0,
         "disable_log_stats": False,
-        "trust_remote_code": case.get("trust_remote_code", False),
     }
+    if case.get("no_media"):
+        arguments["limit_mm_per_prompt"] = {"vision_chunk": 0}  # text only: vLLM skips the vision tower
     if on_cpu:
         arguments["compilation_config"] = {"custom_ops": ["-rotary_embedding", "-rms_norm"]}
     else:

@@ -92,6 +92,59 @@ def build_target(directory: Path, num_layers: int = LAYERS, seed: int = 0) -> An
     return model
 
 
+def build_kimi_k25(directory: Path, target: Path) -> None:
+    """The same language model wrapped as Kimi-K2.5 (vLLM's own ``KimiK25Config``, no remote code).
+
+    The media placeholder is an ordinary vocabulary entry; the vision tower is left out of
+    the checkpoint, and the engine runs with no media per prompt, so vLLM skips it (0.16+).
+    """
+    from safetensors.torch import load_file, save_file
+
+    text_config = json.loads((target / "config.json").read_text())
+    config = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": text_config,
+        "vision_config": {
+            "patch_size": 14, "num_attention_heads": 2, "num_hidden_layers": 1, "hidden_size": 64,
+            "intermediate_size": 64, "init_pos_emb_height": 8, "init_pos_emb_width": 8, "init_pos_emb_time": 4,
+        },
+        "media_placeholder_token_id": VOCAB - 1,
+        "torch_dtype": "float32",
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+    }  # fmt: skip
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    weights = load_file(str(target / "model.safetensors"))
+    save_file({f"language_model.{name}": tensor for name, tensor in weights.items()}, str(directory / "model.safetensors"))
+    build_tokenizer(directory)
+    # vLLM builds Kimi-K2.5's processor at start-up from the checkpoint's own code; this
+    # stand-in (local, no download) answers what start-up asks and refuses media.
+    (directory / "media_processor.py").write_text(MEDIA_PROCESSOR)
+    auto_map = {"AutoImageProcessor": "media_processor.TextOnlyMediaProcessor"}
+    (directory / "preprocessor_config.json").write_text(json.dumps({"auto_map": auto_map}))
+
+
+MEDIA_PROCESSOR = '''"""A stand-in for Kimi-K2.5's media processor: the checkpoint is used with text only."""
+from transformers.image_processing_utils import BaseImageProcessor
+
+
+class TextOnlyMediaProcessor(BaseImageProcessor):
+    model_input_names = ["pixel_values", "grid_thws"]
+    num_frames_per_chunk = 4
+
+    def media_tokens_calculator(self, chunk):
+        return 1
+
+    def split_video_chunks(self, video):
+        return []
+
+    def preprocess(self, *args, **kwargs):
+        raise NotImplementedError("this tiny checkpoint takes text only")
+'''
+
+
 def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:
     """Greedy trajectories of transformers and the residual stream at ``layer_ids`` along them.
 
@@ -226,6 +279,7 @@ def build_all(directory: Path, layer_id_sets: dict[str, Sequence[int]], num_laye
     copy ``-without-ids`` does not: fed the default layers, it must get nothing accepted.
     """
     model = build_target(directory / "target", num_layers)
+    build_kimi_k25(directory / "kimi-k25", directory / "target")
     summary: dict[str, Any] = {"target": str(directory / "target"), "num_layers": num_layers, "prompts": PROMPTS, "sets": {}}
     for name, ids in layer_id_sets.items():
         data = reference(model, ids)

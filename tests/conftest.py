@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -51,6 +52,30 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
         env={**os.environ, **(env or {})},
         cwd=cwd,
     )
+
+
+def run_on(package_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command on the vLLM tree ``package_dir`` (``--vllm-dir``)."""
+    return run_cli("--vllm-dir", str(package_dir), *args)
+
+
+def status_of(package_dir: Path) -> dict:
+    """``status --json`` of ``package_dir``, which must succeed."""
+    completed = run_on(package_dir, "status", "--json")
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def python_with_path_entries(home: Path, *entries: Path, pth: str = "vllm-tree.pth") -> Path:
+    """A new virtual environment (no pip: fast) whose ``.pth`` file puts ``entries`` on sys.path:
+    how an editable install, or a tree of the corpus, is seen through ``--python``."""
+    venv.create(home, with_pip=False)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, pth).write_text("".join(f"{entry}\n" for entry in entries))
+    return python
 
 
 def tree_digest(directory: Path) -> dict[str, str]:

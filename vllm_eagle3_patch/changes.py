@@ -100,18 +100,22 @@ def _write_patches(plan: Plan) -> Outcome:
     """Backups, then the manifest (both hashes of every file it names), then the files."""
     state_dir = StateDir(plan.install.package_dir)
     previous = plan.manifest
-    records = {}
+    records: dict[str, FileRecord] = {}
+    backups: list[tuple[str, bytes]] = []  # (path, original) to save
     for file in plan.files:
         if file.changes:
             assert file.original is not None and file.desired is not None
             accepted = file.installed is not None and file.installed.check is Check.ACCEPTED
             record = FileRecord(sha256(file.original), sha256(file.desired), accepted)
             if not _backup_holds(state_dir, previous, file.path, record):
-                _refuse_to_lose_the_installed_original(plan, state_dir, file.path, record)
-                state_dir.save_backup(file.path, file.original)
+                backups.append((file.path, file.original))
             records[file.path] = record
         elif previous and file.path in previous.files and file.state is State.PATCHED:
             records[file.path] = previous.files[file.path]
+    for path, original in backups:  # all checked before any is written: refusing changes nothing
+        _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
+    for path, original in backups:
+        state_dir.save_backup(path, original)
     state_dir.save(
         Manifest(
             tool_version=__version__,
@@ -133,18 +137,16 @@ def _write_patches(plan: Plan) -> Outcome:
     return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}", names, kept)
 
 
-def _refuse_to_lose_the_installed_original(plan: Plan, state_dir: StateDir, path: str, record: FileRecord) -> None:
+def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: StateDir, path: str, digest: str) -> None:
     """A backup that matches RECORD is never replaced by bytes that do not: it may be the last copy."""
     try:
         backup = state_dir.backup_path(path).read_bytes()
     except OSError:
         return
-    if _compare(plan.install, path, sha256(backup)).check is not Check.MATCHES:
-        return
-    if _compare(plan.install, path, record.sha256_before).check is not Check.MATCHES:
+    if _compare(install, path, sha256(backup)).check is Check.MATCHES and _compare(install, path, digest).check is not Check.MATCHES:
         raise ToolError(
-            f"{plan.install.package_dir / path}: its backup is vLLM's original and the file "
-            "differs from the installed vLLM's RECORD; `revert --force` restores the original. Nothing was changed"
+            f"{install.package_dir / path}: its backup is vLLM's original and the file differs from the installed "
+            f"vLLM {install.version} (RECORD); `revert --force` restores the original. Nothing was changed"
         )
 
 

@@ -4,7 +4,7 @@ pip and uv write ``<dist>.dist-info/RECORD`` with the sha256 of every file they 
 uninstalls by it).  A hand edit of a vLLM file does not touch it, so it is the witness of vLLM's
 original bytes: ``apply`` takes no original that disagrees with it.  Lines are CSV rows
 ``path,sha256=<urlsafe base64 without padding>,size``, paths relative to the directory holding
-the dist-info.  The file is parsed once, on the first question, and only when one is asked.
+the dist-info.  The file is read once, on the first question, and only when one is asked.
 """
 
 from __future__ import annotations
@@ -46,17 +46,28 @@ class Record:
         """The package directory's name (``vllm``): RECORD paths start with it."""
 
     @cached_property
-    def _lines(self) -> dict[str, list[str]]:
+    def _text(self) -> str:
         try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+            return "\n" + self.path.read_text(encoding="utf-8", errors="replace")
         except OSError:
-            return {}
-        prefix = f"{self.package}/"
-        return {row[0]: row[1:] for row in csv.reader(text.splitlines()) if row and row[0].startswith(prefix)}
+            return ""
+
+    def _fields(self, relative: str) -> Optional[list[str]]:
+        """The fields after the path on the line for ``vllm/<relative>`` (None: no such line).
+
+        A search for the one line, not a parse of all of them: RECORD lists thousands of files
+        and ``status`` asks about four."""
+        path = f"{self.package}/{relative}"
+        start = self._text.find(f"\n{path},")
+        if start < 0:
+            return None
+        end = self._text.find("\n", start + 1)
+        row = next(csv.reader([self._text[start + 1 : end if end >= 0 else None]]), [])
+        return row[1:] if row[:1] == [path] else None
 
     def compare(self, relative: str, sha256_hex: str) -> Comparison:
         """Compare the sha256 (hex) of some bytes with RECORD's line for ``vllm/<relative>``."""
-        fields = self._lines.get(f"{self.package}/{relative}")
+        fields = self._fields(relative)
         if fields is None:
             return Comparison(Check.UNCHECKED, f"{self.path} has no line for it")
         expected = _sha256_hex(fields[0] if fields else "")

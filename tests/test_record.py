@@ -151,6 +151,20 @@ def test_a_backup_of_the_original_outlives_a_deleted_manifest(release):
     assert backup.read_bytes() == original
 
 
+def test_a_manifest_written_before_accepted_modified_existed_still_works(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply").returncode == 0
+    path = package_dir / ".vllm-eagle3-patch" / "manifest.json"
+    older = manifest(package_dir)
+    for record in older["files"].values():
+        del record["accepted_modified"]
+    path.write_text(json.dumps(older))
+    report = status(package_dir)
+    assert report["state"] == "patched" and {t["original"] for t in report["targets"]} == {"matches-record"}
+    assert cli(package_dir, "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
+
+
 def drop_record_line(package_dir: Path, line_of_gate) -> None:
     """Rewrite RECORD's line for the gate with ``line_of_gate(line)`` (None: drop it)."""
     (record,) = package_dir.parent.glob("vllm-*.dist-info/RECORD")

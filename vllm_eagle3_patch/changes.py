@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -22,6 +22,7 @@ from .fileio import drop_bytecode, write_atomically
 from .manifest import FileRecord, Manifest, StateDir, sha256
 from .locate import VllmInstall
 from .plan import Plan, make_plan
+from .record import Check, Comparison, compare_with_record
 from .target import Options, State
 
 LOCK_WAIT_SECONDS = 10.0
@@ -33,6 +34,9 @@ class Outcome:
 
     message: str
     files: tuple[str, ...] = ()
+    originals: dict[str, str] = field(default_factory=dict)
+    """How the original of every file named in the manifest compares with RECORD
+    (``Check`` values): what ``apply`` kept, or what ``revert`` put back."""
 
 
 @contextmanager
@@ -59,44 +63,59 @@ def locked(state_dir: StateDir) -> Iterator[None]:
                 return
 
 
-def apply(install: VllmInstall, options: Options) -> Outcome:
-    """Patch every target file, or refuse with nothing written."""
-    plan = make_plan(install, options)
+def apply(install: VllmInstall, options: Options, accept_modified: bool = False) -> Outcome:
+    """Patch every target file, or refuse with nothing written.
+
+    ``accept_modified`` takes files that differ from vLLM's RECORD for their originals.
+    """
+    plan = make_plan(install, options, accept_modified=accept_modified)
     _refuse_unless_applicable(plan)
     if plan.changes:
         with locked(StateDir(install.package_dir)):
             if not plan.is_current():  # another run changed something while we waited
-                plan = make_plan(install, options)
+                plan = make_plan(install, options, accept_modified=accept_modified)
             _refuse_unless_applicable(plan)
             if plan.changes:
                 return _write_patches(plan)
     if plan.state is State.NATIVE:
-        return Outcome(f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do")
-    return Outcome(f"vLLM {install.version} is already patched; nothing to do")
+        return Outcome(f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do{_left_alone(plan)}")
+    return Outcome(f"vLLM {install.version} is already patched; nothing to do{_left_alone(plan)}")
+
+
+def _left_alone(plan: Plan) -> str:
+    """Files apply does not touch that were edited since install: the user should hear of them."""
+    edited = [f.path for f in plan.files if not f.changes and f.installed and f.installed.check is Check.MODIFIED]
+    return f"; left alone, modified since install: {', '.join(edited)}" if edited else ""
 
 
 def _refuse_unless_applicable(plan: Plan) -> None:
     if plan.state is State.UNSUPPORTED:
         raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
     if plan.state is State.MODIFIED:
-        path = _first(plan, State.MODIFIED)
-        raise ToolError(f"{plan.install.package_dir / path}; run `revert --force` first. Nothing was changed")
+        found = next(f for f in plan.files if f.state is State.MODIFIED)
+        raise ToolError(f"{plan.install.package_dir / found.path}: {found.refusal}. Nothing was changed")
 
 
 def _write_patches(plan: Plan) -> Outcome:
     """Backups, then the manifest (both hashes of every file it names), then the files."""
     state_dir = StateDir(plan.install.package_dir)
     previous = plan.manifest
-    records = {}
+    records: dict[str, FileRecord] = {}
+    backups: list[tuple[str, bytes]] = []  # (path, original) to save
     for file in plan.files:
         if file.changes:
             assert file.original is not None and file.desired is not None
-            record = FileRecord(sha256(file.original), sha256(file.desired))
+            accepted = file.installed is not None and file.installed.check is Check.ACCEPTED
+            record = FileRecord(sha256(file.original), sha256(file.desired), accepted)
             if not _backup_holds(state_dir, previous, file.path, record):
-                state_dir.save_backup(file.path, file.original)
+                backups.append((file.path, file.original))
             records[file.path] = record
         elif previous and file.path in previous.files and file.state is State.PATCHED:
             records[file.path] = previous.files[file.path]
+    for path, original in backups:  # all checked before any is written: refusing changes nothing
+        _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
+    for path, original in backups:
+        state_dir.save_backup(path, original)
     state_dir.save(
         Manifest(
             tool_version=__version__,
@@ -114,7 +133,29 @@ def _write_patches(plan: Plan) -> Outcome:
     for stale in set(previous.files if previous else ()) - set(records):
         state_dir.backup_path(stale).unlink(missing_ok=True)
     names = tuple(c.path for c in changes)
-    return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}", names)
+    kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
+    return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}", names, kept)
+
+
+def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: StateDir, path: str, digest: str) -> None:
+    """A backup that matches RECORD is never replaced by bytes that do not: it may be the last copy."""
+    try:
+        backup = state_dir.backup_path(path).read_bytes()
+    except OSError:
+        return
+    if _compare(install, path, sha256(backup)).check is Check.MATCHES and _compare(install, path, digest).check is not Check.MATCHES:
+        raise ToolError(
+            f"{install.package_dir / path}: its backup is vLLM's original and the file differs from the installed "
+            f"vLLM {install.version} (RECORD); `revert --force` restores the original. Nothing was changed"
+        )
+
+
+def _compare(install: VllmInstall, path: str, digest: str, record: Optional[FileRecord] = None) -> Comparison:
+    """The original's comparison with RECORD, as the manifest's ``accepted_modified`` tells it."""
+    comparison = compare_with_record(install.record, path, digest)
+    if record is not None and record.accepted_modified and comparison.check is Check.MODIFIED:
+        return Comparison(Check.ACCEPTED, comparison.detail)
+    return comparison
 
 
 def _backup_holds(state_dir: StateDir, manifest: Optional[Manifest], path: str, record: FileRecord) -> bool:
@@ -146,7 +187,20 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
         state_dir.manifest_path.unlink()  # first: backups without a manifest are harmless leftovers
         shutil.rmtree(state_dir.path)
     names = tuple(path for path, _, _ in restores)
-    return Outcome(f"restored {len(names)} original file(s) of vLLM {install.version}", names)
+    restored = {path: _compare(install, path, r.sha256_before, r) for path, r in manifest.files.items()}
+    message = f"restored {len(names)} original file(s) of vLLM {install.version}{_restored_note(install, restored)}"
+    return Outcome(message, names, {path: c.check.value for path, c in restored.items()})
+
+
+def _restored_note(install: VllmInstall, restored: dict[str, Comparison]) -> str:
+    """Whether what revert put back is what the installer wrote."""
+    differing = sorted(path for path, c in restored.items() if c.check in (Check.MODIFIED, Check.ACCEPTED))
+    if differing:
+        verb = "differs" if len(differing) == 1 else "differ"
+        return f"; {', '.join(differing)} {verb} from the installed vLLM {install.version} (RECORD): edited before apply"
+    if restored and all(c.check is Check.MATCHES for c in restored.values()):
+        return "; they match its RECORD"
+    return "; they cannot be checked against a RECORD"
 
 
 def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_failure) -> None:

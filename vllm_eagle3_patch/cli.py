@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -24,7 +26,11 @@ PROG = "vllm-eagle3-patch"
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # here, so a reader that went away is caught below, not at exit
+        return status
+    except BrokenPipeError:
+        return reader_went_away()
     except ToolError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
@@ -34,6 +40,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 1
+
+
+def reader_went_away() -> int:
+    """``diff | head``: the reader closed the pipe.  Not an error: exit quietly, as git and the
+    coreutils do when SIGPIPE ends them, with the status the shell reports for them (128 + 13).
+    Nothing is printed; stdout goes to /dev/null so the interpreter's last flush cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     apply = commands.add_parser("apply", help="patch vLLM (all target files or none), keeping backups")
     apply.add_argument("--dry-run", action="store_true", help="show what would be written; write nothing")
+    apply.add_argument(
+        "--accept-modified",
+        action="store_true",
+        help="take files that differ from vLLM's RECORD (edited since install) as their originals; "
+        "the manifest records it and revert restores those bytes",
+    )
     ids = apply.add_mutually_exclusive_group()
     ids.add_argument(
         "--aux-layers",
@@ -143,13 +165,13 @@ def run_apply(args: argparse.Namespace) -> int:
     aux_layers = layer_ids.from_drafter(args.aux_layers_from) if args.aux_layers_from else args.aux_layers
     install, options = find_install(args), Options(aux_layers=aux_layers)
     if args.dry_run:
-        plan = make_plan(install, options)
+        plan = make_plan(install, options, accept_modified=args.accept_modified)
         if args.json:
             emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
         elif not args.quiet:
             render.print_plan(plan)
         return 0
-    return report(args, changes.apply(install, options), install)
+    return report(args, changes.apply(install, options, accept_modified=args.accept_modified), install)
 
 
 def run_revert(args: argparse.Namespace) -> int:
@@ -169,7 +191,14 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:
     if args.json:
-        emit_json({"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)})
+        emit_json(
+            {
+                "message": outcome.message,
+                "files": list(outcome.files),
+                "vllm_dir": str(install.package_dir),
+                "originals": outcome.originals,
+            }
+        )
     elif not args.quiet:
         print(outcome.message)
     return 0

@@ -35,6 +35,9 @@ class FileRecord:
 
     sha256_before: str
     sha256_after: str
+    accepted_modified: bool = False
+    """The original differed from vLLM's RECORD and was taken anyway (``apply --accept-modified``).
+    Manifests written before this field existed lack it: their originals were not checked."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,10 @@ def _parse(data: dict, source: Path) -> Manifest:
         hashes = (record["sha256_before"], record["sha256_after"])
         if not all(isinstance(h, str) and _SHA256.match(h) for h in hashes):
             raise ValueError(f"bad hash for {relative}")
-        files[safe_relative(relative, source)] = FileRecord(*hashes)
+        accepted = record.get("accepted_modified", False)
+        if not isinstance(accepted, bool):
+            raise ValueError(f"bad accepted_modified for {relative}")
+        files[safe_relative(relative, source)] = FileRecord(*hashes, accepted_modified=accepted)
     aux = data.get("aux_layers")
     return Manifest(
         tool_version=str(data["tool_version"]),

@@ -16,6 +16,7 @@ from . import __version__
 from .errors import ToolError
 from .locate import VllmInstall
 from .manifest import FileRecord, Manifest, StateDir, sha256
+from .record import Check, Comparison, compare_with_record
 from .state_cache import StateCache, default_directory
 from .target import Options, ReadFile, State, Target, Verdict
 
@@ -32,6 +33,10 @@ class FilePlan:
     current: bytes
     original: Optional[bytes] = None
     desired: Optional[bytes] = None
+    installed: Optional[Comparison] = None
+    """How ``original`` compares with vLLM's RECORD (None: there is no original to keep)."""
+    refusal: Optional[str] = None
+    """Why ``apply`` must leave a MODIFIED file alone, and the way out."""
 
     @property
     def changes(self) -> bool:
@@ -78,12 +83,19 @@ def load_targets() -> tuple[Target, ...]:
     return tuple(importlib.import_module(f"{patches.__name__}.{name}").TARGET for name in names)
 
 
-def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states_only: bool = False) -> Plan:
+def make_plan(
+    install: VllmInstall,
+    options: Optional[Options] = None,
+    *,
+    states_only: bool = False,
+    accept_modified: bool = False,
+) -> Plan:
     """Look at every target file of ``install``.
 
     ``options`` None means "as recorded": a later ``apply`` keeps the choices (layer ids)
     of the earlier one unless the user gives new ones.  ``states_only`` (``status``) skips
-    writing out the patched texts: its files have no ``desired`` text.
+    writing out the patched texts: its files have no ``desired`` text.  ``accept_modified``
+    takes files that differ from vLLM's RECORD for originals all the same.
     """
     state_dir = StateDir(install.package_dir)
     manifest = state_dir.load()
@@ -92,6 +104,7 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states
         options = recorded
     read = _reader(install.package_dir)
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
+    originals = Originals(install, accept_modified)
     files = []
     for target in load_targets():
         path = target.locate(install.package_dir)
@@ -99,11 +112,33 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states
             if target.required:
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
-        record = manifest.files.get(path) if manifest else None
-        files.append(_plan_file(target, path, read, state_dir, record, options, recorded, examine))
+        manifested = manifest.files.get(path) if manifest else None
+        files.append(_plan_file(target, path, read, state_dir, manifested, options, recorded, examine, originals))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     return Plan(install, tuple(files), manifest, options)
+
+
+@dataclass(frozen=True)
+class Originals:
+    """Judges bytes as a file's original by vLLM's RECORD: what the installer wrote."""
+
+    install: VllmInstall
+    accept_modified: bool
+
+    def compare(self, path: str, data: bytes) -> Comparison:
+        return self.compare_digest(path, sha256(data))
+
+    def compare_digest(self, path: str, digest: str) -> Comparison:
+        return compare_with_record(self.install.record, path, digest)
+
+    @property
+    def differs(self) -> str:
+        return f"differs from the installed vLLM {self.install.version} (RECORD)"
+
+    def reinstall(self) -> str:
+        name = self.install.distribution or "vllm"
+        return f"`pip install --force-reinstall --no-deps {name}=={self.install.version}`"
 
 
 def _plan_file(
@@ -111,26 +146,61 @@ def _plan_file(
     path: str,
     read: ReadFile,
     state_dir: StateDir,
-    record: Optional[FileRecord],
+    manifested: Optional[FileRecord],
     options: Options,
     recorded: Options,
     examine: Examine,
+    originals: Originals,
 ) -> FilePlan:
     current = (state_dir.package_dir / path).read_bytes()
-    if record is not None and sha256(current) == record.sha256_after:
-        original = state_dir.read_backup(path, record)
+    if manifested is not None and sha256(current) == manifested.sha256_after:
+        original = state_dir.read_backup(path, manifested)
         # Re-run the codemod only when the options changed: status stays a hash check.
         desired = current if options == recorded else _text(_decoded(examine, target, original, read, options))
-        return FilePlan(path, target.name, State.PATCHED, "applied by vllm-eagle3-patch", current, original, desired)
+        installed = _accepted(manifested) or originals.compare_digest(path, manifested.sha256_before)
+        reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
+        return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
     verdict = _decoded(examine, target, current, read, options)
     if verdict.state is State.PATCHED:
-        if record is not None:
-            return FilePlan(path, target.name, State.MODIFIED, "changed since vllm-eagle3-patch applied it", current)
+        if manifested is not None:
+            reason = "changed since vllm-eagle3-patch applied it"
+            return FilePlan(path, target.name, State.MODIFIED, reason, current, refusal=f"{reason}; run `revert --force` first")
         return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
-    reason = verdict.reason
-    if record is not None:
+    installed = originals.compare(path, current)
+    if installed.check is Check.MODIFIED:
+        if manifested is not None and originals.compare_digest(path, manifested.sha256_before).check is Check.MATCHES:
+            # Edited after apply, marks and all: the backup is vLLM's original, these bytes never replace it.
+            reason = f"changed since vllm-eagle3-patch applied it (its marks are gone) and {originals.differs}"
+            refusal = f"{reason}; `revert --force` restores vLLM's original"
+            return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
+        if originals.accept_modified:
+            installed = Comparison(Check.ACCEPTED, f"{installed.detail}, taken as the original (--accept-modified)")
+        elif verdict.state is State.UNPATCHED:
+            reason = f"modified since install: {originals.differs}"
+            refusal = (
+                f"{originals.differs}; reinstall vLLM ({originals.reinstall()}) or run "
+                "`apply --accept-modified` to take the current bytes as the original"
+            )
+            return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
+    reason = verdict.reason + _original_note(installed, originals, "")
+    if manifested is not None:
         reason += " (the manifest is stale: this is not the file apply wrote; reinstalled?)"
-    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict))
+    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed)
+
+
+def _accepted(manifested: FileRecord) -> Optional[Comparison]:
+    if not manifested.accepted_modified:
+        return None
+    return Comparison(Check.ACCEPTED, "differed from RECORD, taken as the original (--accept-modified)")
+
+
+def _original_note(installed: Comparison, originals: Originals, subject: str) -> str:
+    """What a file's reason says about its original (``subject``: the file itself, or its backup)."""
+    if installed.check is Check.MODIFIED:
+        return f"; {subject}modified since install: {originals.differs}"
+    if installed.check is Check.ACCEPTED:
+        return f"; {subject}modified since install, accepted with --accept-modified ({originals.differs})"
+    return ""
 
 
 Examine = Callable[[Target, str, ReadFile, Options], Verdict]

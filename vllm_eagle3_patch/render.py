@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from .plan import Plan
 from .verify import Report
+from .record import Check
 from .target import State
 
 _STATE_STYLE = {
@@ -41,14 +42,37 @@ def unified_diff(plan: Plan) -> str:
 
 def status_data(plan: Plan) -> dict[str, Any]:
     """The ``status --json`` object (schema in the README)."""
+    record = plan.install.record
     return {
         "vllm_dir": str(plan.install.package_dir),
         "vllm_version": plan.install.version,
+        "distribution": plan.install.distribution,
+        "record": str(record.path) if record is not None else None,
         "state": plan.state.value,
         "reason": plan.reason,
         "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
-        "targets": [{"file": f.path, "state": f.state.value, "reason": f.reason} for f in plan.files],
+        "targets": [
+            {
+                "file": f.path,
+                "state": f.state.value,
+                "reason": f.reason,
+                "original": f.installed.check.value if f.installed is not None else None,
+            }
+            for f in plan.files
+        ],
     }
+
+
+def originals_line(plan: Plan) -> str:
+    """Whether the originals this tool keeps can be checked against what the installer wrote."""
+    install = plan.install
+    if install.record is None:
+        return "originals: cannot be checked (no RECORD beside the package: an editable or source install?)"
+    unchecked = [f.path for f in plan.files if f.installed is not None and f.installed.check is Check.UNCHECKED]
+    line = f"originals: checked against {install.record.path}"
+    if unchecked:
+        line += f" (not {', '.join(unchecked)}: {next(f.installed.detail for f in plan.files if f.path == unchecked[0])})"
+    return line
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -59,24 +83,28 @@ def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
     data = status_data(plan)
     aux = data["aux_layers"]
     aux_text = ", ".join(map(str, aux)) if aux is not None else "(2, n // 2, n - 3), or the drafter's ids"
+    distribution = f" ({data['distribution']})" if data["distribution"] not in (None, "vllm") else ""
     if not use_colour(stream):
-        stream.write(f"vLLM {data['vllm_version']} at {data['vllm_dir']}\n")
+        stream.write(f"vLLM {data['vllm_version']}{distribution} at {data['vllm_dir']}\n")
         stream.write(f"state: {data['state']} ({data['reason']})\n")
         stream.write(f"aux layer ids: {aux_text}\n")
+        stream.write(f"{originals_line(plan)}\n")
         for target in data["targets"]:
             stream.write(f"  {target['state']:<12} {target['file']}  {target['reason']}\n")
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=stream)
+    console = Console(file=stream, highlight=False)  # its highlighter colours digits inside words: noise
     style = _STATE_STYLE[plan.state]
-    console.print(f"vLLM [bold]{data['vllm_version']}[/] at {data['vllm_dir']}")
-    console.print(f"state: [{style}]{data['state']}[/] ({data['reason']})")
+    console.print(f"vLLM [bold]{data['vllm_version']}[/]{escape(distribution)} at {escape(data['vllm_dir'])}")
+    console.print(f"state: [{style}]{data['state']}[/] ({escape(data['reason'])})")
     console.print(f"aux layer ids: {aux_text}")
+    console.print(escape(originals_line(plan)))
     table = Table("file", "state", "reason")
     for file in plan.files:
-        table.add_row(file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", file.reason)
+        table.add_row(file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", escape(file.reason))
     console.print(table)
 
 
@@ -122,11 +150,12 @@ def print_verify(report: Report, stream: TextIO = sys.stdout) -> None:
         stream.write(f"verdict: {verify_verdict(report)}\n")
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=stream)
+    console = Console(file=stream, highlight=False)
     table = Table("check", "result", "detail")
     for check in report.checks:
-        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]FAIL[/]", check.detail)
+        table.add_row(escape(check.name), "[green]ok[/]" if check.ok else "[red]FAIL[/]", escape(check.detail))
     console.print(table)
-    console.print(f"verdict: [{'green' if report.ok else 'red'}]{verify_verdict(report)}[/]")
+    console.print(f"verdict: [{'green' if report.ok else 'red'}]{escape(verify_verdict(report))}[/]")

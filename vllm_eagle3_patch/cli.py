@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, layer_ids, render, verify
+from . import __version__, changes, drafter, layer_ids, render, verify
 from .errors import ToolError
 from .locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
@@ -72,9 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DRAFTER",
         help="read the ids from a drafter checkpoint directory or its config.json "
-        "(eagle_aux_hidden_state_layer_ids, top level or in eagle_config)",
+        "(eagle_aux_hidden_state_layer_ids, top level or in eagle_config); refused when their "
+        "convention cannot be told and --ids-convention is not given",
     )
-    apply.set_defaults(run=run_apply)
+    apply.add_argument(
+        "--ids-convention",
+        choices=[c.value for c in drafter.Convention],
+        help="with --aux-layers-from: the drafter's ids name layer inputs (vllm) or layer outputs "
+        "(sglang, SpecForge: vLLM's ids are each one higher)",
+    )
+    apply.set_defaults(run=run_apply, usage_error=apply.error)
 
     revert = commands.add_parser("revert", help="restore the original bytes of every patched file")
     revert.add_argument("--force", action="store_true", help="restore originals even over files changed since apply")
@@ -133,7 +140,15 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    aux_layers = layer_ids.from_drafter(args.aux_layers_from) if args.aux_layers_from else args.aux_layers
+    aux_layers = args.aux_layers
+    if args.ids_convention and not args.aux_layers_from:
+        args.usage_error("--ids-convention needs --aux-layers-from")
+    if args.aux_layers_from:
+        explicit = drafter.Convention(args.ids_convention) if args.ids_convention else None
+        chosen = drafter.ids_for_apply(args.aux_layers_from, explicit)
+        aux_layers = chosen.ids
+        if not args.quiet and not args.json:
+            print(chosen.explanation)
     install, options = find_install(args), Options(aux_layers=aux_layers)
     if args.dry_run:
         plan = make_plan(install, options)

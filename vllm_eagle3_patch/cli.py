@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, drafter, layer_ids, render, verify
+from . import __version__, changes, doctor, drafter, layer_ids, render, verify
 from .errors import ToolError
 from .locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
@@ -99,7 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=run_verify)
 
-    for command in (status, diff, apply, revert, check):
+    diagnose = commands.add_parser(
+        "doctor",
+        help="check a drafter against the target and this vLLM: architecture, sizes, and the layers "
+        "vLLM will hand it (reads config.json files only; exit 1 unless consistent)",
+    )
+    diagnose.add_argument("--drafter", type=Path, required=True, metavar="DIR", help="the EAGLE-3 drafter checkpoint")
+    diagnose.add_argument("--target", type=Path, metavar="DIR", help="the target model checkpoint (its config.json)")
+    diagnose.set_defaults(run=run_doctor)
+
+    for command in (status, diff, apply, revert, check, diagnose):
         command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         command.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code")
     return parser
@@ -173,6 +182,23 @@ def run_verify(args: argparse.Namespace) -> int:
     elif not args.quiet:
         render.print_verify(report)
     return 0 if report.ok else 1
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args), states_only=True)
+    diagnosis = doctor.diagnose(plan, args.drafter, args.target, command_prefix(args))
+    if args.json:
+        doctor.print_json(diagnosis, sys.stdout)
+    elif not args.quiet:
+        doctor.print_diagnosis(diagnosis, sys.stdout)
+    return 0 if diagnosis.consistent else 1
+
+
+def command_prefix(args: argparse.Namespace) -> str:
+    """This tool's command line up to the subcommand, for the fixes a report suggests."""
+    if args.vllm_dir is not None:
+        return f"{PROG} --vllm-dir {args.vllm_dir}"
+    return f"{PROG} --python {args.python}" if args.python else PROG
 
 
 def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:

@@ -176,3 +176,30 @@ def ids_for_apply(path: Path, explicit: Optional[Convention]) -> ChosenIds:
         f"({why}); vLLM ids: {', '.join(map(str, written))}"
     )
     return ChosenIds(written, convention, explanation)
+
+
+def tensor_shapes(directory: Path) -> dict[str, list[int]]:
+    """Tensor names and shapes from the headers of ``*.safetensors`` files (no weights are read).
+
+    Unreadable or damaged files give nothing: the shapes only add checks, never refuse.
+    """
+    shapes: dict[str, list[int]] = {}
+    if not directory.is_dir():
+        return shapes
+    for path in sorted(directory.glob("*.safetensors")):
+        try:
+            with path.open("rb") as file:
+                length = int.from_bytes(file.read(8), "little")
+                if not 0 < length <= MAX_HEADER:
+                    continue
+                header = json.loads(file.read(length))
+        except (OSError, ValueError):
+            continue
+        for name, entry in header.items() if isinstance(header, dict) else ():
+            if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
+                shapes[name] = entry["shape"]
+    return shapes
+
+
+MAX_HEADER = 100 * 1024 * 1024
+"""The safetensors format's own limit on a header's size."""

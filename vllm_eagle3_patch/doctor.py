@@ -274,8 +274,8 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
 def expected_layers(context: Context) -> Optional[tuple[int, ...]]:
     """The vLLM ids the drafter was trained on (None: unknown)."""
     found, n = context.ids, context.num_layers
-    if found.ids is None:
-        return layer_ids.upstream_default(n) if n is not None else None
+    if found.ids is None:  # trained on the common default, which is no default where it repeats ids
+        return layer_ids.upstream_default(n) if n is not None and n >= layer_ids.SMALLEST_DISTINCT_DEFAULT else None
     convention = infer_convention(found, n).convention
     return convention.to_vllm(found.ids) if convention is not None else None
 
@@ -294,6 +294,9 @@ def layers_finding(
     if fc_states is not None and fc_states != len(captured):
         detail = f"{will}, but the drafter's fc takes {fc_states} hidden states"
         return Finding("layers", Verdict.PROBLEM, detail, fix_layers(context, source, expected) if expected else None)
+    if expected is None and context.ids.ids is None:
+        detail = f"{will}; the drafter names no ids and (2, n // 2, n - 3) repeats ids for {n} layers: undecided"
+        return Finding("layers", Verdict.UNKNOWN, detail)
     if expected is None:
         raw = context.ids.ids or ()
         candidates = f"{list(raw)} (vllm) or {list(Convention.SGLANG.to_vllm(raw))} (sglang)"

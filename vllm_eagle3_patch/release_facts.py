@@ -49,8 +49,13 @@ def read_release(package_dir: Path) -> ReleaseFacts:
     return ReleaseFacts(
         registered=registered_architectures(_read(package_dir, REGISTRY)),
         lookup=_lookup(_read(package_dir, EAGLE_CONFIG), _read(package_dir, PROPOSER)),
-        reads_drafter_ids=FIELD in _read(package_dir, RUNNER),
+        reads_drafter_ids=reads_drafter_ids(package_dir),
     )
+
+
+def reads_drafter_ids(package_dir: Path) -> bool:
+    """Whether the runner takes the drafter's top-level ids over the target's (0.11.1 on)."""
+    return FIELD in _read(package_dir, RUNNER)
 
 
 def registered_architectures(source: str) -> frozenset[str]:

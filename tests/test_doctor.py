@@ -142,25 +142,32 @@ def test_a_drafter_without_ids_gets_the_default(release, checkpoints):
     assert report["consistent"] is True and report["captured"] == [2, 30, 58]
 
 
-@pytest.mark.parametrize(("version", "loads"), [("0.9.2", False), ("0.10.1", False), ("0.10.2", True), ("0.17.1", True)])
-def test_llama_eagle3_architecture_by_release(release, checkpoints, version, loads):
+@pytest.mark.parametrize(
+    ("config", "version", "loads"),
+    [
+        pytest.param(LLAMA_DRAFTER, "0.9.2", False, id="llama-0.9.2-renamed-to-Eagle3LlamaForCausalLMEagle3"),
+        pytest.param(LLAMA_DRAFTER, "0.10.1", False, id="llama-0.10.1-commented-out"),
+        pytest.param(LLAMA_DRAFTER, "0.10.2", True, id="llama-0.10.2"),
+        pytest.param(LLAMA_DRAFTER, "0.17.1", True, id="llama-0.17.1"),
+        pytest.param(MLA_DRAFTER, "0.8.5", False, id="mla-0.8.5-always-llama"),
+        pytest.param(MLA_DRAFTER, "0.17.1", False, id="mla-0.17.1"),
+        pytest.param(MLA_DRAFTER, "0.18.0", True, id="mla-0.18.0"),
+    ],
+)
+def test_drafter_architecture_by_release(release, checkpoints, config, version, loads):
+    """Read from each release's registry and EAGLEConfig; a Llama drafter's fix is run, an MLA
+    drafter's is an upgrade."""
     package_dir = release(version)
-    drafter, target = checkpoints(LLAMA_DRAFTER)
+    drafter, target = checkpoints(config)
     architecture = finding(doctor(package_dir, drafter, target), "architecture")
     assert (architecture["verdict"] == "ok") is loads, architecture
-    if not loads:
-        run_fix(architecture["fix"])
-        assert finding(doctor(package_dir, drafter, target), "architecture")["verdict"] == "ok"
-
-
-@pytest.mark.parametrize(("version", "loads"), [("0.8.5", False), ("0.17.1", False), ("0.18.0", True)])
-def test_mla_drafters_load_from_0_18_0(release, checkpoints, version, loads):
-    package_dir = release(version)
-    drafter, target = checkpoints(MLA_DRAFTER)
-    architecture = finding(doctor(package_dir, drafter, target), "architecture")
-    assert (architecture["verdict"] == "ok") is loads, architecture
-    if not loads:
+    if loads:
+        return
+    if config is MLA_DRAFTER:
         assert "vllm>=0.18.0" in architecture["fix"]
+        return
+    run_fix(architecture["fix"])
+    assert finding(doctor(package_dir, drafter, target), "architecture")["verdict"] == "ok"
 
 
 def test_wrong_hidden_size_and_vocabulary(release, checkpoints):

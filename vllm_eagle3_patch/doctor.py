@@ -175,30 +175,26 @@ def lookup_free_llama(lookup: Lookup) -> str:
 
 
 def hidden_size_finding(context: Context) -> Finding:
-    drafter = context.drafter
-    expects = drafter.number("target_hidden_size") or drafter.number("hidden_size")
-    key = "target_hidden_size" if drafter.number("target_hidden_size") else "hidden_size"
-    if context.target is None:
-        return needs_target("hidden size", context)
-    actual = context.target.number("hidden_size")
-    if expects is None or actual is None:
-        return Finding("hidden size", Verdict.UNKNOWN, "hidden_size missing from a config")
-    if expects != actual:
-        detail = f"the drafter's {key} is {expects}, the target's hidden_size {actual}: trained for another model"
-        return Finding("hidden size", Verdict.PROBLEM, detail, "use the drafter trained for this target")
-    return Finding("hidden size", Verdict.OK, f"{actual} (drafter {key}, target hidden_size)")
+    """The drafter's fc takes the target's hidden states: ``target_hidden_size`` where it has one."""
+    key = "target_hidden_size" if context.drafter.number("target_hidden_size") is not None else "hidden_size"
+    return same_number_finding(context, "hidden size", key, "hidden_size", "trained for another model")
 
 
 def vocabulary_finding(context: Context) -> Finding:
+    return same_number_finding(context, "vocabulary", "vocab_size", "vocab_size", "another tokenizer")
+
+
+def same_number_finding(context: Context, check: str, drafter_key: str, target_key: str, why: str) -> Finding:
+    """A size the drafter was trained with against the target's."""
     if context.target is None:
-        return needs_target("vocabulary", context)
-    drafter, target = context.drafter.number("vocab_size"), context.target.number("vocab_size")
-    if drafter is None or target is None:
-        return Finding("vocabulary", Verdict.UNKNOWN, "vocab_size missing from a config")
-    if drafter != target:
-        detail = f"the drafter's vocab_size is {drafter}, the target's {target}: another tokenizer"
-        return Finding("vocabulary", Verdict.PROBLEM, detail, "use the drafter trained for this target")
-    return Finding("vocabulary", Verdict.OK, f"vocab_size {target} on both sides")
+        return needs_target(check, context)
+    expects, actual = context.drafter.number(drafter_key), context.target.number(target_key)
+    if expects is None or actual is None:
+        return Finding(check, Verdict.UNKNOWN, f"the drafter's {drafter_key} or the target's {target_key} is missing")
+    if expects != actual:
+        detail = f"the drafter's {drafter_key} is {expects}, the target's {target_key} {actual}: {why}"
+        return Finding(check, Verdict.PROBLEM, detail, "use the drafter trained for this target")
+    return Finding(check, Verdict.OK, f"{actual} (the drafter's {drafter_key}, the target's {target_key})")
 
 
 def draft_vocabulary_finding(context: Context) -> Finding:

@@ -170,6 +170,13 @@ def test_drafter_architecture_by_release(release, checkpoints, config, version, 
     assert finding(doctor(package_dir, drafter, target), "architecture")["verdict"] == "ok"
 
 
+def test_a_speculators_format_drafter_is_not_guessed_at(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints({**LLAMA_DRAFTER, "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"]})
+    report = doctor(package_dir, drafter, target)
+    assert finding(report, "architecture")["verdict"] == "unknown" and report["consistent"] is False
+
+
 def test_wrong_hidden_size_and_vocabulary(release, checkpoints):
     package_dir = release("0.17.1")
     drafter, target = checkpoints({**LLAMA_DRAFTER, "hidden_size": 4096, "vocab_size": 128256, "draft_vocab_size": 32000})

@@ -145,6 +145,9 @@ def release_finding(context: Context) -> Finding:
 
 def architecture_finding(context: Context) -> Finding:
     architecture, lookup = context.drafter.architecture, context.facts.lookup
+    if "speculators_model_type" in context.drafter.data:
+        detail = "a speculators-format config: vLLM converts it itself (transformers_utils/configs/speculators); not checked"
+        return Finding("architecture", Verdict.UNKNOWN, detail)
     if architecture is None:
         return Finding("architecture", Verdict.UNKNOWN, f"{context.drafter.path}: no architectures list")
     if lookup is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -197,8 +198,8 @@ def run_doctor(args: argparse.Namespace) -> int:
 def command_prefix(args: argparse.Namespace) -> str:
     """This tool's command line up to the subcommand, for the fixes a report suggests."""
     if args.vllm_dir is not None:
-        return f"{PROG} --vllm-dir {args.vllm_dir}"
-    return f"{PROG} --python {args.python}" if args.python else PROG
+        return f"{PROG} --vllm-dir {shlex.quote(str(args.vllm_dir))}"
+    return f"{PROG} --python {shlex.quote(args.python)}" if args.python else PROG
 
 
 def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:

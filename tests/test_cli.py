@@ -209,7 +209,7 @@ def test_aux_layers_on_the_kimi_wrapper_of_0_15(release):
     getter = lift_method(source, "KimiK25ForConditionalGeneration", "get_eagle3_aux_hidden_state_layers", {})
     assert getter(SimpleNamespace(language_model=SimpleNamespace(layers=[None] * 61))) == (1, 29, 57)
     setter = lift_method(source, "KimiK25ForConditionalGeneration", "set_aux_hidden_state_layers", {})
-    wrapper = SimpleNamespace(language_model=SimpleNamespace(aux_hidden_state_layers=()))
+    wrapper = SimpleNamespace(language_model=SimpleNamespace(aux_hidden_state_layers=(), start_layer=0))
     setter(wrapper, (3, 4))
     assert wrapper.language_model.aux_hidden_state_layers == (3, 4)
 
@@ -246,7 +246,7 @@ def test_usage_errors_exit_2():
 
 
 def test_help_everywhere():
-    for command in ([], ["status"], ["diff"], ["apply"], ["revert"]):
+    for command in ([], ["status"], ["diff"], ["apply"], ["revert"], ["doctor"]):
         completed = run_cli(*command, "--help")
         assert completed.returncode == 0 and "usage:" in completed.stdout
 
@@ -284,17 +284,50 @@ def test_python_option_with_a_missing_interpreter(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "config",
+    ("config", "convention", "written"),
     [
-        {"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
-        {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}},
+        ({"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, "vllm", [3, 31, 59]),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}, "sglang", [2, 30, 58]),
+        ({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}, "sglang", [2, 30, 58]),
     ],
 )
-def test_aux_layers_from_a_drafter_checkpoint(release, tmp_path, config):
+def test_aux_layers_from_a_drafter_checkpoint(release, tmp_path, config, convention, written):
+    """The convention used and the vLLM ids written are printed; SpecForge's DeepSeek-V3 ids
+    (vLLM's default minus one) are written one higher."""
     package_dir = release("0.17.1")
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert cli(package_dir, "apply", "--aux-layers-from", str(tmp_path)).returncode == 0
-    assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [1, 29, 57]
+    completed = cli(package_dir, "apply", "--aux-layers-from", str(tmp_path))
+    assert completed.returncode == 0
+    assert f"taken as {convention} ids" in completed.stdout
+    assert f"vLLM ids: {', '.join(map(str, written))}" in completed.stdout
+    assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == written
+
+
+def test_aux_layers_from_ambiguous_ids_need_a_convention(release, tmp_path):
+    """Ids nested under eagle_config that match no pattern: refused, nothing written, until chosen."""
+    package_dir = release("0.17.1")
+    (tmp_path / "config.json").write_text(json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}))
+    untouched = tree_digest(package_dir.parent)
+    refused = cli(package_dir, "apply", "--aux-layers-from", str(tmp_path))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert str(tmp_path / "config.json") in refused.stderr and "--ids-convention" in refused.stderr
+    assert tree_digest(package_dir.parent) == untouched
+    assert cli(package_dir, "apply", "--aux-layers-from", str(tmp_path), "--ids-convention", "sglang").returncode == 0
+    assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == [3, 31, 59]
+
+
+def test_ids_convention_without_a_drafter_is_a_usage_error(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply", "--ids-convention", "vllm").returncode == 2
+    assert not (package_dir / ".vllm-eagle3-patch").exists()
+
+
+@pytest.mark.parametrize(("version", "reads"), [("0.11.0", False), ("0.11.1", True)])
+def test_status_names_the_drafters_ids_only_where_the_release_reads_them(release, version, reads):
+    completed = cli(release(version), "status")
+    (line,) = [line for line in completed.stdout.splitlines() if line.startswith("aux layer ids:")]
+    assert ("unless the drafter's config has top-level ids" in line) is reads
+    assert ("ignores a drafter's ids" in line) is not reads
 
 
 @pytest.mark.parametrize(

@@ -293,6 +293,7 @@ def assert_wrapper_delegates(patched: str) -> None:
         set_aux_hidden_state_layers=calls.append,
         get_eagle3_aux_hidden_state_layers=lambda: (7, 8, 9),
         aux_hidden_state_layers=(),
+        start_layer=0,
         layers=[None] * 61,
     )
     wrapper = types.SimpleNamespace(language_model=inner)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, layer_ids, render, verify
+from . import __version__, changes, doctor, drafter, layer_ids, render, verify
 from .errors import ToolError
 from .locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
@@ -94,9 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DRAFTER",
         help="read the ids from a drafter checkpoint directory or its config.json "
-        "(eagle_aux_hidden_state_layer_ids, top level or in eagle_config)",
+        "(eagle_aux_hidden_state_layer_ids, top level or in eagle_config); refused when their "
+        "convention cannot be told and --ids-convention is not given",
     )
-    apply.set_defaults(run=run_apply)
+    apply.add_argument(
+        "--ids-convention",
+        choices=[c.value for c in drafter.Convention],
+        help="with --aux-layers-from: the drafter's ids name layer inputs (vllm) or layer outputs "
+        "(sglang, SpecForge: vLLM's ids are each one higher)",
+    )
+    apply.set_defaults(run=run_apply, usage_error=apply.error)
 
     revert = commands.add_parser("revert", help="restore the original bytes of every patched file")
     revert.add_argument("--force", action="store_true", help="restore originals even over files changed since apply")
@@ -121,7 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(run=run_verify)
 
-    for command in (status, diff, apply, revert, check):
+    diagnose = commands.add_parser(
+        "doctor",
+        help="check a drafter against the target and this vLLM: architecture, sizes, and the layers "
+        "vLLM will hand it (reads config.json files only; exit 1 unless consistent)",
+    )
+    diagnose.add_argument("--drafter", type=Path, required=True, metavar="DIR", help="the EAGLE-3 drafter checkpoint")
+    diagnose.add_argument("--target", type=Path, metavar="DIR", help="the target model checkpoint (its config.json)")
+    diagnose.set_defaults(run=run_doctor)
+
+    for command in (status, diff, apply, revert, check, diagnose):
         command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         command.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code")
     return parser
@@ -162,7 +179,15 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def run_apply(args: argparse.Namespace) -> int:
-    aux_layers = layer_ids.from_drafter(args.aux_layers_from) if args.aux_layers_from else args.aux_layers
+    aux_layers = args.aux_layers
+    if args.ids_convention and not args.aux_layers_from:
+        args.usage_error("--ids-convention needs --aux-layers-from")
+    if args.aux_layers_from:
+        explicit = drafter.Convention(args.ids_convention) if args.ids_convention else None
+        chosen = drafter.ids_for_apply(args.aux_layers_from, explicit)
+        aux_layers = chosen.ids
+        if not args.quiet and not args.json:
+            print(chosen.explanation)
     install, options = find_install(args), Options(aux_layers=aux_layers)
     if args.dry_run:
         plan = make_plan(install, options, accept_modified=args.accept_modified)
@@ -187,6 +212,23 @@ def run_verify(args: argparse.Namespace) -> int:
     elif not args.quiet:
         render.print_verify(report)
     return 0 if report.ok else 1
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    plan = make_plan(find_install(args), states_only=True)
+    diagnosis = doctor.diagnose(plan, args.drafter, args.target, command_prefix(args))
+    if args.json:
+        doctor.print_json(diagnosis, sys.stdout)
+    elif not args.quiet:
+        doctor.print_diagnosis(diagnosis, sys.stdout)
+    return 0 if diagnosis.consistent else 1
+
+
+def command_prefix(args: argparse.Namespace) -> str:
+    """This tool's command line up to the subcommand, for the fixes a report suggests."""
+    if args.vllm_dir is not None:
+        return f"{PROG} --vllm-dir {shlex.quote(str(args.vllm_dir))}"
+    return f"{PROG} --python {shlex.quote(args.python)}" if args.python else PROG
 
 
 def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:

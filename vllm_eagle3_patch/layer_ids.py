@@ -1,18 +1,18 @@
-"""EAGLE-3 aux layer ids: from the command line or from a drafter's own config.
+"""EAGLE-3 aux layer ids: parsing, checking, and the default the patched getter returns.
 
-A drafter is trained on particular layers; releases before vLLM 0.12.0 ignore its
-``eagle_aux_hidden_state_layer_ids`` and ask the target model instead, so ``apply`` can
-write the drafter's ids into the target.  Reading them from the checkpoint avoids typos.
+Ids are vLLM's: id ``k`` is the residual stream entering decoder layer ``k`` (Hugging Face
+``output_hidden_states[k]``), so ``0..n`` are all valid for an ``n``-layer model, ``n``
+being the last layer's output.  Where ids come from a drafter's own config, and in which
+convention, is ``drafter.py``'s business.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from .errors import ToolError
+from typing import Optional
 
 FIELD = "eagle_aux_hidden_state_layer_ids"
+SMALLEST_DISTINCT_DEFAULT = 7
+"""Upstream's ``(2, n // 2, n - 3)`` repeats an id below this many layers (6 -> ``(2, 3, 3)``)."""
 
 
 def validate(ids: object, source: str) -> tuple[int, ...]:
@@ -29,30 +29,30 @@ def validate(ids: object, source: str) -> tuple[int, ...]:
 
 
 def parse(text: str) -> tuple[int, ...]:
-    """``"1,29,57"`` -> ``(1, 29, 57)``."""
+    """``"2,30,58"`` -> ``(2, 30, 58)``."""
     try:
         ids = [int(part) for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"{text!r}: expected comma-separated integers, e.g. 1,29,57") from None
+        raise ValueError(f"{text!r}: expected comma-separated integers, e.g. 2,30,58") from None
     return validate(ids, repr(text))
 
 
-def from_drafter(path: Path) -> tuple[int, ...]:
-    """The ids in a drafter checkpoint directory's ``config.json`` (or that file itself).
+def upstream_default(num_layers: int) -> tuple[int, int, int]:
+    """vLLM's own default for DeepSeek (0.18.0+) and Llama: early, middle and late layers."""
+    return (2, num_layers // 2, num_layers - 3)
 
-    Drafters put the field at the top level or inside an ``eagle_config`` block.
+
+def patched_default(num_layers: int) -> Optional[tuple[int, int, int]]:
+    """What the patched ``get_eagle3_aux_hidden_state_layers`` returns (None: it refuses).
+
+    Upstream's default wherever its ids are distinct (7 layers and more).  Smaller models
+    get upstream's middle id and its two neighbours, ``(n // 2 - 1, n // 2, n // 2 + 1)``:
+    three distinct states, as the drafter's fc expects, all within ``0..n``.  A model
+    with fewer than 2 layers has only two states to give and is refused.
     """
-    config_path = path / "config.json" if path.is_dir() else path
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ToolError(f"{config_path}: cannot read the drafter config ({error.strerror})") from None
-    except ValueError as error:
-        raise ToolError(f"{config_path}: not valid JSON ({error})") from None
-    for block in (config, config.get("eagle_config") if isinstance(config, dict) else None):
-        if isinstance(block, dict) and FIELD in block:
-            try:
-                return validate(block[FIELD], f"{config_path}: {FIELD}")
-            except ValueError as error:
-                raise ToolError(str(error)) from None
-    raise ToolError(f"{config_path}: no {FIELD} (top level or in eagle_config) in this drafter config")
+    if num_layers >= SMALLEST_DISTINCT_DEFAULT:
+        return upstream_default(num_layers)
+    if num_layers >= 2:
+        middle = num_layers // 2
+        return (middle - 1, middle, middle + 1)
+    return None

@@ -11,6 +11,7 @@ import sys
 from typing import Any, TextIO
 
 from .plan import Plan
+from .release_facts import reads_drafter_ids
 from .verify import Report
 from .record import Check
 from .target import State
@@ -75,14 +76,22 @@ def originals_line(plan: Plan) -> str:
     return line
 
 
+def aux_layers_text(plan: Plan) -> str:
+    """The ids the patched target hands over; a drafter's own win only where the release reads them."""
+    aux = plan.options.aux_layers
+    text = ", ".join(map(str, aux)) if aux is not None else "(2, n // 2, n - 3)"
+    if reads_drafter_ids(plan.install.package_dir):
+        return text + ", unless the drafter's config has top-level ids"
+    return text + " (this vLLM ignores a drafter's ids)"
+
+
 def use_colour(stream: TextIO) -> bool:
     return stream.isatty() and "NO_COLOR" not in os.environ
 
 
 def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
     data = status_data(plan)
-    aux = data["aux_layers"]
-    aux_text = ", ".join(map(str, aux)) if aux is not None else "(2, n // 2, n - 3), or the drafter's ids"
+    aux_text = aux_layers_text(plan)
     distribution = f" ({data['distribution']})" if data["distribution"] not in (None, "vllm") else ""
     if not use_colour(stream):
         stream.write(f"vLLM {data['vllm_version']}{distribution} at {data['vllm_dir']}\n")

@@ -81,7 +81,7 @@ def check_default_ids(deepseek: types.ModuleType, expected_ids: tuple[int, ...] 
 
 def check_setter(deepseek: types.ModuleType) -> str:
     model = bare(deepseek.DeepseekV3ForCausalLM)
-    model.model = types.SimpleNamespace(aux_hidden_state_layers=())
+    model.model = types.SimpleNamespace(aux_hidden_state_layers=(), start_layer=0, layers=[None] * NUM_LAYERS)
     model.set_aux_hidden_state_layers((1, 2))
     assert model.model.aux_hidden_state_layers == (1, 2), "model.aux_hidden_state_layers not set"
     return "model.aux_hidden_state_layers == (1, 2)"
@@ -159,6 +159,7 @@ def check_kimi_k25(expected_ids: tuple[int, ...] | None) -> str:
         set_aux_hidden_state_layers=calls.append,
         get_eagle3_aux_hidden_state_layers=lambda: (7, 8, 9),
         aux_hidden_state_layers=(),
+        start_layer=0,
         layers=[None] * 61,
     )
     model = bare(wrapper)

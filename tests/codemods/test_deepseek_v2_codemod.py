@@ -93,11 +93,30 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
         return self.model(x)
 
     def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch
-        self.model.aux_hidden_state_layers = layers
+        decoder = self.model
+        if any(layer < decoder.start_layer for layer in layers):  # an earlier pipeline rank's layer
+            from vllm.distributed.parallel_state import get_pp_group
+            from vllm.distributed.utils import get_pp_indices
+            layer, ranks = min(layers), get_pp_group().world_size
+            rank = next(r for r in range(ranks) if layer < get_pp_indices(len(decoder.layers), r, ranks)[1])
+            raise ValueError(
+                f"vllm-eagle3-patch: EAGLE-3 aux layer id {layer} lies on pipeline rank {rank}, but the drafter "
+                f"runs on the last rank, which holds layers {decoder.start_layer}..{len(decoder.layers) - 1}, and "
+                "this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "
+                f"(--tensor-parallel-size instead), or with aux layer ids >= {decoder.start_layer}"
+            )
+        decoder.aux_hidden_state_layers = layers
 
     def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:  # vllm-eagle3-patch
         num_layers = len(self.model.layers)
-        return (2, num_layers // 2, num_layers - 3)
+        if num_layers >= 7:
+            return (2, num_layers // 2, num_layers - 3)
+        if num_layers < 2:
+            raise ValueError(
+                f"vllm-eagle3-patch: EAGLE-3 needs 3 distinct aux hidden states; a model with {num_layers} "
+                "decoder layers has fewer: use a target with 2 layers or more"
+            )
+        return (num_layers // 2 - 1, num_layers // 2, num_layers // 2 + 1)  # (2, n // 2, n - 3) would repeat ids
 '''
         self.assertCodemod(source(), after)
 

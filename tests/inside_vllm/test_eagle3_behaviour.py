@@ -15,8 +15,11 @@ b. ``forward`` captures, for each global id k in ``aux_hidden_state_layers``:
    Non-last ranks still return ``IntermediateTensors``.
 c. ``DeepseekV2ForCausalLM`` (so every subclass) supports EAGLE-3 and delegates
    ``set_aux_hidden_state_layers`` / ``get_eagle3_aux_hidden_state_layers`` to
-   ``self.model`` (the default being ``(2, n // 2, n - 3)``); so does the Kimi-K2.5
-   wrapper, to its language model.
+   ``self.model`` (the default being ``(2, n // 2, n - 3)``, and for models of 2 to 6
+   layers, where that repeats ids, ``(n // 2 - 1, n // 2, n // 2 + 1)``; fewer than 2
+   layers are refused); so does the Kimi-K2.5 wrapper, to its language model.  On the
+   last pipeline rank (the only one the runner calls the setter on) an id before the
+   rank's first layer is refused, naming the id and the rank that holds it.
 d. The speculative-config gate (``SpeculativeConfig._verify_args``) accepts DeepSeek and
    Kimi-K2 targets for ``method="eagle3"``, still accepts what it accepted before and
    still rejects other model types.
@@ -24,9 +27,10 @@ d. The speculative-config gate (``SpeculativeConfig._verify_args``) accepts Deep
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 import torch
@@ -283,6 +287,12 @@ def test_set_aux_hidden_state_layers_drives_forward(class_name: str) -> None:
         pytest.param(8, 0, 8, True, True, (2, 4, 5), id="8-layers"),
         pytest.param(61, 0, 61, True, True, (2, 30, 58), id="61-layers-like-v3"),
         pytest.param(8, 4, 8, False, True, (2, 4, 5), id="8-layers-last-stage"),
+        pytest.param(7, 0, 7, True, True, (2, 3, 4), id="7-layers-smallest-upstream"),
+        pytest.param(6, 0, 6, True, True, (2, 3, 4), id="6-layers-small"),
+        pytest.param(5, 0, 5, True, True, (1, 2, 3), id="5-layers-small"),
+        pytest.param(4, 0, 4, True, True, (1, 2, 3), id="4-layers-small"),
+        pytest.param(3, 0, 3, True, True, (0, 1, 2), id="3-layers-small"),
+        pytest.param(2, 0, 2, True, True, (0, 1, 2), id="2-layers-small"),
     ],
 )
 def test_default_aux_layers(
@@ -300,6 +310,74 @@ def test_default_aux_layers(
         got = lm.get_eagle3_aux_hidden_state_layers()
         assert tuple(got) == expected
         assert all(type(k) is int for k in got)
+
+
+@pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
+def test_default_aux_layers_capture_three_distinct_states_on_a_tiny_model(class_name: str) -> None:
+    """4 layers: upstream's ``(2, 2, 1)`` would hand the drafter two states; three come back."""
+    with deepseek_stage(4) as stage:
+        lm = harness.causal_lm_shell(class_name, stage.model)
+        ids = lm.get_eagle3_aux_hidden_state_layers()
+        lm.set_aux_hidden_state_layers(ids)
+        _, aux = stage.run()
+        assert len(aux) == 3
+
+
+@pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
+def test_default_aux_layers_refuse_a_one_layer_model(class_name: str) -> None:
+    with deepseek_stage(1) as stage:
+        lm = harness.causal_lm_shell(class_name, stage.model)
+        with pytest.raises(ValueError, match=r"needs 3 distinct aux hidden states; a model with 1 decoder layers"):
+            lm.get_eagle3_aux_hidden_state_layers()
+
+
+@contextlib.contextmanager
+def real_pipeline(world_size: int) -> Iterator[None]:
+    """Inside a ``deepseek_stage`` block: the release's own ``get_pp_indices`` and a last
+    rank of ``world_size``, as the setter sees them on a real last rank."""
+    utils = importlib.import_module("vllm.distributed.utils")
+    parallel_state = importlib.import_module("vllm.distributed.parallel_state")
+    saved = utils.get_pp_indices, parallel_state.get_pp_group
+    group = harness.FakePPGroup(rank_in_group=world_size - 1, world_size=world_size)
+    utils.get_pp_indices, parallel_state.get_pp_group = REAL_PP_INDICES, lambda: group
+    try:
+        yield
+    finally:
+        utils.get_pp_indices, parallel_state.get_pp_group = saved
+
+
+REAL_PP_INDICES = importlib.import_module("vllm.distributed.utils").get_pp_indices
+
+
+@pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
+@pytest.mark.parametrize(
+    ("num_layers", "world_size", "ids", "message"),
+    [
+        pytest.param(8, 2, (2, 4, 5), r"id 2 lies on pipeline rank 0, .* holds layers 4\.\.7", id="two-ranks"),
+        pytest.param(12, 3, (9, 5, 10), r"id 5 lies on pipeline rank 1, .* holds layers 8\.\.11", id="three-ranks"),
+    ],
+)
+def test_setter_refuses_ids_of_earlier_pipeline_ranks(
+    class_name: str, num_layers: int, world_size: int, ids: tuple[int, ...], message: str
+) -> None:
+    """Up to 0.17.x only the last rank's layers reach the drafter: refused at load, with the
+    id, the rank holding it and what to do; ids on the last rank are kept and captured."""
+    start = REAL_PP_INDICES(num_layers, world_size - 1, world_size)[0]
+    with deepseek_stage(num_layers, start, num_layers, first=False, last=True) as stage, real_pipeline(world_size):
+        lm = harness.causal_lm_shell(class_name, stage.model)
+        with pytest.raises(ValueError, match=message + r".*--pipeline-parallel-size 1.*ids >= " + str(start)):
+            lm.set_aux_hidden_state_layers(ids)
+        assert stage.model.aux_hidden_state_layers == ()
+        on_last_rank = (start, start + 1, num_layers)
+        lm.set_aux_hidden_state_layers(on_last_rank)
+        assert_captured(stage.run(), stage, reference_forward(stage), on_last_rank)
+
+
+def test_kimi_k25_setter_refuses_ids_of_earlier_pipeline_ranks() -> None:
+    with deepseek_stage(8, 4, 8, first=False, last=True) as stage, real_pipeline(2):
+        wrapper = _kimi_k25_shell(stage)
+        with pytest.raises(ValueError, match=r"id 3 lies on pipeline rank 0"):
+            wrapper.set_aux_hidden_state_layers((3, 5))
 
 
 KIMI_K25_FIRST = Version("0.15.0")

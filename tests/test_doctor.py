@@ -1,0 +1,248 @@
+"""``doctor`` on real release trees, with drafter and target configs in the shapes public ones have.
+
+The configs are synthetic ``config.json`` files (shapes, not vLLM code); every verdict is
+checked through the real command, and every suggested fix is run to show that it fixes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import run_cli, tree_digest
+
+FIELD = "eagle_aux_hidden_state_layer_ids"
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 129280}
+KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": DEEPSEEK_V3}
+LLAMA_DRAFTER = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168, "num_hidden_layers": 1, "vocab_size": 129280, "draft_vocab_size": 32000}
+SPECFORGE_DEEPSEEK_V3 = {**LLAMA_DRAFTER, "eagle_config": {FIELD: [1, 29, 57], "use_aux_hidden_state": True}}
+SPECFORGE_KIMI_K2 = {**LLAMA_DRAFTER, "eagle_config": {FIELD: [2, 30, 58], "use_aux_hidden_state": True}}
+MLA_DRAFTER = {**LLAMA_DRAFTER, "architectures": ["Eagle3DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"}
+
+
+@pytest.fixture
+def checkpoints(tmp_path):
+    """``checkpoints(drafter_config, target_config)`` -> (drafter_dir, target_dir)."""
+
+    def write(drafter: dict, target: dict = DEEPSEEK_V3):
+        paths = []
+        for name, config in (("drafter", drafter), ("target", target)):
+            directory = tmp_path / name
+            directory.mkdir(exist_ok=True)
+            (directory / "config.json").write_text(json.dumps(config))
+            paths.append(directory)
+        return tuple(paths)
+
+    return write
+
+
+def doctor(package_dir, drafter, target=None, *extra):
+    args = ["--vllm-dir", str(package_dir), "doctor", "--drafter", str(drafter), *extra]
+    if target is not None:
+        args += ["--target", str(target)]
+    completed = run_cli(*args, "--json")
+    report = json.loads(completed.stdout)
+    assert completed.returncode == (0 if report["consistent"] else 1), completed.stderr
+    return report
+
+
+def finding(report, check):
+    (found,) = [f for f in report["findings"] if f["check"] == check]
+    return found
+
+
+def run_fix(command: str) -> None:
+    """Run a fix exactly as printed, the tool's own command resolved to this interpreter."""
+    if command.startswith("vllm-eagle3-patch "):
+        command = f"{shlex.quote(sys.executable)} -m vllm_eagle3_patch {command[len('vllm-eagle3-patch '):]}"
+    subprocess.run(command, shell=True, check=True, capture_output=True)
+
+
+def test_specforge_deepseek_v3_drafter_on_unpatched_then_patched_vllm(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints(SPECFORGE_DEEPSEEK_V3)
+    untouched = tree_digest(package_dir.parent)
+    report = doctor(package_dir, drafter, target)
+    assert tree_digest(package_dir.parent) == untouched  # doctor writes nothing
+    assert report["consistent"] is False
+    assert finding(report, "vLLM")["verdict"] == "problem"
+    assert finding(report, "convention")["verdict"] == "ok" and "sglang" in finding(report, "convention")["detail"]
+    assert "ignores ids nested under eagle_config" in finding(report, "ids")["detail"]
+    assert report["captured"] == report["expected"] == [2, 30, 58]
+
+    run_fix(finding(report, "vLLM")["fix"])
+    report = doctor(package_dir, drafter, target)
+    assert report["consistent"] is True, report
+    assert all(f["verdict"] in ("ok", "note") for f in report["findings"])
+
+
+def test_the_old_readme_example_is_caught_and_its_fix_works(release, checkpoints):
+    """``apply --aux-layers 1,29,57`` for a SpecForge DeepSeek-V3 drafter is one layer off."""
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints(SPECFORGE_DEEPSEEK_V3)
+    assert run_cli("--vllm-dir", str(package_dir), "apply", "--aux-layers", "1,29,57").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    layers = finding(report, "layers")
+    assert layers["verdict"] == "problem" and report["captured"] == [1, 29, 57] and report["expected"] == [2, 30, 58]
+    assert layers["fix"].endswith("apply --aux-layers 2,30,58")
+    run_fix(layers["fix"])
+    assert doctor(package_dir, drafter, target)["consistent"] is True
+
+
+def test_ambiguous_nested_ids_are_undecided_until_chosen(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints(SPECFORGE_KIMI_K2, KIMI_K25)
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    assert report["consistent"] is False and report["expected"] is None
+    convention = finding(report, "convention")
+    assert convention["verdict"] == "unknown" and "--ids-convention" in convention["fix"]
+    assert finding(report, "layers")["verdict"] == "unknown"
+    assert "[2, 30, 58] (vllm) or [3, 31, 59] (sglang)" in finding(report, "layers")["detail"]
+
+
+@pytest.mark.parametrize(("version", "reads"), [("0.11.0", False), ("0.11.1", True)])
+def test_top_level_ids_are_read_from_0_11_1(release, checkpoints, version, reads):
+    package_dir = release(version)
+    drafter, target = checkpoints({**LLAMA_DRAFTER, FIELD: [3, 31, 59]})
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    assert ("reads them" in finding(report, "ids")["detail"]) is reads
+    assert report["expected"] == [3, 31, 59]
+    if reads:
+        assert report["consistent"] is True and report["captured"] == [3, 31, 59]
+        return
+    layers = finding(report, "layers")
+    assert layers["verdict"] == "problem" and report["captured"] == [2, 30, 58]
+    run_fix(layers["fix"])
+    assert doctor(package_dir, drafter, target)["captured"] == [3, 31, 59]
+
+
+def test_top_level_sglang_ids_read_by_vllm_need_the_config_fixed(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints({**LLAMA_DRAFTER, FIELD: [1, 29, 57]})
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    layers = finding(report, "layers")
+    assert layers["verdict"] == "problem" and report["captured"] == [1, 29, 57]
+    assert layers["fix"].startswith("python3 -c")  # the target's ids cannot win over the drafter's here
+    run_fix(layers["fix"])
+    assert doctor(package_dir, drafter, target)["consistent"] is True
+
+
+def test_a_drafter_without_ids_gets_the_default(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints(LLAMA_DRAFTER)
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    assert report["consistent"] is True and report["captured"] == [2, 30, 58]
+
+
+@pytest.mark.parametrize(
+    ("config", "version", "loads"),
+    [
+        pytest.param(LLAMA_DRAFTER, "0.9.2", False, id="llama-0.9.2-renamed-to-Eagle3LlamaForCausalLMEagle3"),
+        pytest.param(LLAMA_DRAFTER, "0.10.1", False, id="llama-0.10.1-commented-out"),
+        pytest.param(LLAMA_DRAFTER, "0.10.2", True, id="llama-0.10.2"),
+        pytest.param(LLAMA_DRAFTER, "0.17.1", True, id="llama-0.17.1"),
+        pytest.param(MLA_DRAFTER, "0.8.5", False, id="mla-0.8.5-always-llama"),
+        pytest.param(MLA_DRAFTER, "0.17.1", False, id="mla-0.17.1"),
+        pytest.param(MLA_DRAFTER, "0.18.0", True, id="mla-0.18.0"),
+    ],
+)
+def test_drafter_architecture_by_release(release, checkpoints, config, version, loads):
+    """Read from each release's registry and EAGLEConfig; a Llama drafter's fix is run, an MLA
+    drafter's is an upgrade."""
+    package_dir = release(version)
+    drafter, target = checkpoints(config)
+    architecture = finding(doctor(package_dir, drafter, target), "architecture")
+    assert (architecture["verdict"] == "ok") is loads, architecture
+    if loads:
+        return
+    if config is MLA_DRAFTER:
+        assert "vllm>=0.18.0" in architecture["fix"]
+        return
+    run_fix(architecture["fix"])
+    assert finding(doctor(package_dir, drafter, target), "architecture")["verdict"] == "ok"
+
+
+def test_a_speculators_format_drafter_is_not_guessed_at(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints({**LLAMA_DRAFTER, "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"]})
+    report = doctor(package_dir, drafter, target)
+    assert finding(report, "architecture")["verdict"] == "unknown" and report["consistent"] is False
+
+
+def test_wrong_hidden_size_and_vocabulary(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints({**LLAMA_DRAFTER, "hidden_size": 4096, "vocab_size": 128256, "draft_vocab_size": 32000})
+    report = doctor(package_dir, drafter, target)
+    assert report["consistent"] is False
+    assert finding(report, "hidden size")["verdict"] == "problem" and "4096" in finding(report, "hidden size")["detail"]
+    assert finding(report, "vocabulary")["verdict"] == "problem"
+
+
+def test_target_hidden_size_of_the_drafter_counts(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints({**LLAMA_DRAFTER, "hidden_size": 4096, "target_hidden_size": 7168})
+    assert finding(doctor(package_dir, drafter, target), "hidden size")["verdict"] == "ok"
+
+
+def safetensors_header(directory, tensors: dict[str, list[int]]) -> None:
+    header = json.dumps({name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]} for name, shape in tensors.items()})
+    (directory / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header.encode())
+
+
+def test_checkpoint_shapes_d2t_and_fc(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints(LLAMA_DRAFTER)
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    safetensors_header(drafter, {"fc.weight": [7168, 3 * 7168], "d2t": [32000]})
+    assert doctor(package_dir, drafter, target)["consistent"] is True
+    safetensors_header(drafter, {"fc.weight": [7168, 2 * 7168]})
+    report = doctor(package_dir, drafter, target)
+    assert finding(report, "draft vocabulary")["verdict"] == "problem"
+    assert "fc takes 2 hidden states" in finding(report, "layers")["detail"]
+
+
+def test_a_tiny_target_gets_three_distinct_ids(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints({**LLAMA_DRAFTER, FIELD: [1, 2, 3]}, {**DEEPSEEK_V3, "num_hidden_layers": 4})
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    assert report["captured"] == [1, 2, 3] and report["consistent"] is True
+    drafter, target = checkpoints(LLAMA_DRAFTER, {**DEEPSEEK_V3, "num_hidden_layers": 4})
+    report = doctor(package_dir, drafter, target)
+    assert report["captured"] == [1, 2, 3] and finding(report, "layers")["verdict"] == "unknown"
+
+
+def test_without_a_target_the_layers_are_unknown(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, _ = checkpoints(SPECFORGE_DEEPSEEK_V3)
+    report = doctor(package_dir, drafter)
+    assert report["consistent"] is False and report["target"] is None
+    assert finding(report, "hidden size")["verdict"] == "unknown" and "--target" in finding(report, "hidden size")["fix"]
+    assert finding(report, "layers")["verdict"] == "unknown"
+
+
+def test_text_output_is_one_line_per_finding_with_its_fix(release, checkpoints):
+    package_dir = release("0.17.1")
+    drafter, target = checkpoints(SPECFORGE_DEEPSEEK_V3)
+    completed = run_cli("--vllm-dir", str(package_dir), "doctor", "--drafter", str(drafter), "--target", str(target))
+    assert completed.returncode == 1
+    lines = completed.stdout.splitlines()
+    assert len(lines) == 9 and lines[-1].startswith("verdict: not consistent")
+    (problem,) = [line for line in lines if line.startswith("problem")]
+    assert problem.endswith(f"fix: vllm-eagle3-patch --vllm-dir {package_dir} apply")
+
+
+def test_bad_drafter_config_is_one_line_exit_1(release, tmp_path):
+    (tmp_path / "config.json").write_text("{oops")
+    completed = run_cli("--vllm-dir", str(release("0.17.1")), "doctor", "--drafter", str(tmp_path))
+    assert completed.returncode == 1 and completed.stderr.count("\n") == 1 and "config.json: not valid JSON" in completed.stderr
+    assert run_cli("doctor", "--help").returncode == 0
+    assert run_cli("doctor").returncode == 2

@@ -60,6 +60,8 @@ class EngineRuns:
     models: Path
     reference: dict[str, Any]
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    doctor: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``doctor --json`` on the patched tree, by drafter: the layers it says vLLM will capture."""
     revert_mismatches: list[str] = field(default_factory=list)
 
     def __getitem__(self, name: str) -> dict[str, Any]:
@@ -112,6 +114,9 @@ def engine(request, tiny_models, tmp_path_factory) -> EngineRuns:
         ("trained on 0, n/2, n, ids not given", "drafter-edges-without-ids"),
     ):
         engine_run(name, drafter)
+    for drafter in ("drafter-default", "drafter-edges"):
+        diagnosed = run_cli("--vllm-dir", str(package), "doctor", "--drafter", str(models / drafter), "--target", str(models / "target"), "--json")
+        runs.doctor[drafter] = json.loads(diagnosed.stdout)
     reverted = run_cli("--vllm-dir", str(package), "revert")
     assert reverted.returncode == 0, reverted.stderr
     runs.revert_mismatches = record_mismatches(package)
@@ -237,6 +242,15 @@ def test_default_ids_bring_transformers_hidden_states(engine: EngineRuns) -> Non
 def test_ids_0_and_n_bring_transformers_hidden_states(engine: EngineRuns) -> None:
     """Id 0 (no residual yet) and id n (the last layer's output): upstream gets both wrong."""
     assert_states_match(engine["ids 0, n/2, n"], engine.reference, "edges")
+
+
+@pytest.mark.parametrize("drafter, name, id_set", [("drafter-default", "default ids", "default"), ("drafter-edges", "ids 0, n/2, n", "edges")])
+def test_doctor_names_the_layers_that_reach_the_drafter(engine: EngineRuns, drafter: str, name: str, id_set: str) -> None:
+    """What ``doctor`` says vLLM will capture is what the engine handed the drafter."""
+    diagnosis = engine.doctor[drafter]
+    assert diagnosis["consistent"], diagnosis["findings"]
+    assert diagnosis["captured"] == engine.reference["sets"][id_set]["layer_ids"]
+    assert_states_match(engine[name], engine.reference, id_set)  # those very layers arrived
 
 
 def test_revert_brings_back_the_original_error_and_bytes(engine: EngineRuns) -> None:

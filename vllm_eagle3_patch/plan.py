@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional
@@ -32,6 +32,8 @@ class FilePlan:
     current: bytes
     original: Optional[bytes] = None
     desired: Optional[bytes] = None
+    optional: bool = False
+    """An unsupported optional file (a model family's) is left alone and does not block the others."""
 
     @property
     def changes(self) -> bool:
@@ -100,7 +102,8 @@ def make_plan(install: VllmInstall, options: Optional[Options] = None, *, states
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
         record = manifest.files.get(path) if manifest else None
-        files.append(_plan_file(target, path, read, state_dir, record, options, recorded, examine))
+        planned = _plan_file(target, path, read, state_dir, record, options, recorded, examine)
+        files.append(replace(planned, optional=target.optional))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     return Plan(install, tuple(files), manifest, options)
@@ -173,7 +176,18 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
 
     Native files count as done: a release that needs only part of the patch is
     ``patched`` once that part is applied, and ``native`` when it needs none of it.
+    An optional file (a model family's) that cannot be patched is left out, and named in
+    the reason: with many families, one odd file must not block every other model.
     """
+    left_alone = [f for f in files if f.optional and f.state is State.UNSUPPORTED]
+    counted = [f for f in files if f not in left_alone] or list(files)
+    state, reason = _least_finished(counted)
+    if left_alone and state is not State.UNSUPPORTED:
+        reason += "; left alone (unsupported): " + ", ".join(f.path for f in left_alone)
+    return state, reason
+
+
+def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
     for state in _PRECEDENCE:
         matching = [f for f in files if f.state is state]
         if not matching:

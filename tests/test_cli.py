@@ -400,3 +400,39 @@ def test_colour_on_a_terminal_and_never_with_no_color(release):
     assert "\x1b[" in on_terminal("diff")
     assert "\x1b[" not in on_terminal("status", NO_COLOR="1")
     assert "\x1b[" not in on_terminal("diff", NO_COLOR="1")
+
+
+def test_an_unpatchable_family_file_is_left_alone_and_blocks_nothing(release):
+    """A model family's file the codemod cannot read (here: Gemma 3's decoder loop removed)
+    is reported with its reason; apply patches everything else; the Gemma 3 wrapper, which
+    would delegate to it, is left alone too; revert restores the rest."""
+    package_dir = release("0.17.1")
+    gemma3 = package_dir / "model_executor/models/gemma3.py"
+    text = gemma3.read_text()
+    gemma3.write_text(text.replace("for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:"))
+    broken = gemma3.read_bytes()
+    report = json.loads(cli(package_dir, "status", "--json").stdout)
+    states = {t["file"]: (t["state"], t["reason"]) for t in report["targets"]}
+    assert report["state"] == "unpatched" and "model_executor/models/gemma3.py" in report["reason"], report
+    assert states["model_executor/models/gemma3.py"][0] == "unsupported"
+    assert "a loop over self.layers" in states["model_executor/models/gemma3.py"][1]
+    assert states["model_executor/models/gemma3_mm.py"][0] == "unsupported"
+    assert "gemma3.py is unsupported" in states["model_executor/models/gemma3_mm.py"][1]
+    applied = cli(package_dir, "apply")
+    assert applied.returncode == 0, applied.stderr
+    after = {t["file"]: t["state"] for t in json.loads(cli(package_dir, "status", "--json").stdout)["targets"]}
+    assert after.pop("model_executor/models/gemma3.py") == "unsupported" and gemma3.read_bytes() == broken
+    assert after.pop("model_executor/models/gemma3_mm.py") == "unsupported"
+    assert set(after.values()) == {"patched"}, after
+    assert cli(package_dir, "revert").returncode == 0
+    assert record_mismatches(package_dir) == ["vllm/model_executor/models/gemma3.py"]
+
+
+def test_an_unpatchable_deepseek_file_still_refuses_the_run(release):
+    package_dir = release("0.17.1")
+    deepseek = package_dir / DEEPSEEK
+    deepseek.write_text(deepseek.read_text().replace("islice(self.layers, self.start_layer, self.end_layer)", "self.layers"))
+    untouched = tree_digest(package_dir.parent)
+    applied = cli(package_dir, "apply")
+    assert applied.returncode == 1 and "deepseek_v2.py" in applied.stderr
+    assert tree_digest(package_dir.parent) == untouched

@@ -141,6 +141,15 @@ class StandInLayer(nn.Module):
         return layer_formula(self.index, hidden_states, residual)
 
 
+class HiddenFirstStandInLayer(StandInLayer):
+    """A stand-in for layers called ``layer(hidden_states, positions, residual)`` (Bailing MoE)."""
+
+    def forward(  # type: ignore[override]
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, residual: torch.Tensor | None, *extra_args: Any, **extra_kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(positions, hidden_states, residual, *extra_args, **extra_kwargs)
+
+
 class StandInNorm(nn.Module):
     """Replaces ``RMSNorm(hidden_size, eps=...)``; every release calls ``norm(h, residual)``."""
 
@@ -212,7 +221,7 @@ def no_compile_config() -> types.SimpleNamespace:
     return namespace
 
 
-def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE) -> types.SimpleNamespace:
+def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE, **extra: Any) -> types.SimpleNamespace:
     """The attributes of ``VllmConfig`` that ``DeepseekV2Model.__init__`` reads, any release.
 
     ``hf_config`` has no ``index_topk`` (so not DeepSeek-V3.2, no CUDA buffer) and no
@@ -224,6 +233,7 @@ def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE) -> types.S
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
         rms_norm_eps=1e-6,
+        **extra,
     )
     model_config = types.SimpleNamespace(hf_config=hf_config, hf_text_config=hf_config)
     return types.SimpleNamespace(
@@ -361,6 +371,10 @@ class DecoderFile:
     """The decoder layer class, replaced by :class:`StandInLayer`."""
     norm: str = "RMSNorm"
     """The final norm's class, replaced by :class:`StandInNorm`."""
+    stand_in: type = StandInLayer
+    """What replaces ``layer``: :class:`HiddenFirstStandInLayer` where the call puts the hidden states first."""
+    config: tuple[tuple[str, Any], ...] = ()
+    """Extra ``hf_config`` fields the model's ``__init__`` reads."""
 
 
 DEEPSEEK = DecoderFile(DEEPSEEK_V2, "DeepseekV2Model", "DeepseekV2DecoderLayer")
@@ -417,10 +431,10 @@ def decoder_stage(
         patcher.setattr(
             distributed_utils, "get_pp_indices", lambda *_args: (start_layer, end_layer)
         )
-        patcher.setattr(module, decoder.layer, StandInLayer)
+        patcher.setattr(module, decoder.layer, decoder.stand_in)
         patcher.setattr(module, decoder.norm, StandInNorm)
         patcher.setattr(module, "VocabParallelEmbedding", StandInEmbedding)
-        model = cls(vllm_config=fake_vllm_config(num_layers), prefix="model")
+        model = cls(vllm_config=fake_vllm_config(num_layers, **dict(decoder.config)), prefix="model")
         layers = {
             index: layer
             for index, layer in enumerate(model.layers)

@@ -1,4 +1,4 @@
-"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3).
+"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling).
 
 The same spec as DeepSeek's (``test_eagle3_behaviour``), run on each family's real model
 class with stand-in layers: ``__init__`` starts with no ids; ``forward`` captures the input
@@ -41,6 +41,18 @@ FAMILIES = {
         DecoderFile(f"{MODELS}.glm4_moe", "Glm4MoeModel", "Glm4MoeDecoderLayer"),
         "Glm4MoeForCausalLM",
         ("glm4_moe",),
+        Version("0.10.0"),
+    ),
+    "bailing_moe": FamilyUnderTest(
+        DecoderFile(
+            f"{MODELS}.bailing_moe",
+            "BailingMoeModel",
+            "BailingMoeBlock",
+            stand_in=harness.HiddenFirstStandInLayer,
+            config=(("tie_word_embeddings", False), ("embedding_dropout", 0.0)),
+        ),
+        "BailingMoeForCausalLM",
+        ("bailing_moe",),
         Version("0.10.0"),
     ),
     "gemma3": FamilyUnderTest(

@@ -1,4 +1,4 @@
-"""The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family and Kimi-K2.
+"""The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family, Kimi-K2 and the other families.
 
 Until 0.18.0, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
 ("Eagle3 is only supported for ... models", "eagle3 is only supported for ...").  The gate
@@ -10,7 +10,9 @@ lives in ``SpeculativeConfig``, in a different file per release, in one of two s
 - 0.8.5-0.10.0 (``config.py``): ``"llama" not in <model_type>``; the comparison becomes
   ``not any(supported in <model_type> for supported in ("llama", ...))``.
 
-0.18.0 lists the DeepSeek types itself (native); later releases dropped the whitelist.
+0.18.0 lists the DeepSeek types itself (native: the families' files are left alone there,
+see ``patches/_decoder_eagle3.py``); later releases dropped the whitelist.  The families'
+types come from :mod:`vllm_eagle3_patch.families`.
 
 Everything the gate accepted before is still accepted.
 """
@@ -37,13 +39,17 @@ from vllm_eagle3_patch.cst_tools import (
     sole_statement,
     top_level_class,
 )
+from vllm_eagle3_patch.families import DEEPSEEK_V2, gated_model_types
 from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
 
 CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
 WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
 """The whitelist's name: the first until 0.16.0, the second from 0.17.0 (EAGLE-3 and hidden-state extraction)."""
 GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
-MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+DEEPSEEK_TYPES = DEEPSEEK_V2.model_types
+"""What upstream's own whitelist accepts from 0.18.0: there the gate is native."""
+MODEL_TYPES = gated_model_types()
+"""Every type the patched gate accepts besides the release's own: DeepSeek's first, then the families'."""
 CONFIG = "SpeculativeConfig"
 READ_WORDS = (*GATE_SIGNS, "llama")
 """Words of the methods of ``SpeculativeConfig`` the codemod and the native check read: the gate's."""
@@ -108,7 +114,7 @@ def _native(module: cst.Module, source: str) -> Optional[str]:
         return "no EAGLE-3 target whitelist in this release"
     for line in _whitelists(top_level_class(module, CONFIG)):
         listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
-        if all(any(entry in model_type for entry in listed) for model_type in MODEL_TYPES):
+        if all(any(entry in model_type for entry in listed) for model_type in DEEPSEEK_TYPES):
             return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3 and Kimi-K2 (upstream support)"
     return None
 
@@ -124,6 +130,7 @@ def _require_eagle3(source: str) -> Callable[[], None]:
 class SpeculativeGateTarget:
     name = "speculative-config gate"
     required = False
+    optional = False
     default_path = CANDIDATES[0]
 
     def locate(self, package_dir: Path) -> Optional[str]:

@@ -66,7 +66,8 @@ def test_status_json_schema(release):
     report = json.loads(cli(release("0.11.0"), "status", "--json").stdout)
     assert set(report) >= {"vllm_dir", "vllm_version", "distribution", "record", "state", "reason", "targets"}
     assert (report["distribution"], Path(report["record"]).name) == ("vllm", "RECORD")
-    assert [t["file"] for t in report["targets"]] == [DEEPSEEK, GATE]
+    families = [f"model_executor/models/{name}.py" for name in ("bailing_moe", "gemma3", "gemma3_mm", "glm4_moe")]
+    assert sorted(t["file"] for t in report["targets"]) == sorted([DEEPSEEK, GATE, *families])
     assert all(set(t) == {"file", "state", "reason", "original"} for t in report["targets"])
     assert {t["original"] for t in report["targets"]} == {"matches-record"}
 
@@ -471,3 +472,39 @@ def test_the_readme_install_line_works_in_a_fresh_environment(tmp_path):
     assert installed.returncode == 0, installed.stderr[-2000:]
     version = subprocess.run([home / "bin" / "vllm-eagle3-patch", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("vllm-eagle3-patch ")
+
+
+def test_an_unpatchable_family_file_is_left_alone_and_blocks_nothing(release):
+    """A model family's file the codemod cannot read (here: Gemma 3's decoder loop removed)
+    is reported with its reason; apply patches everything else; the Gemma 3 wrapper, which
+    would delegate to it, is left alone too; revert restores the rest."""
+    package_dir = release("0.17.1")
+    gemma3 = package_dir / "model_executor/models/gemma3.py"
+    text = gemma3.read_text()
+    gemma3.write_text(text.replace("for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:"))
+    broken = gemma3.read_bytes()
+    report = json.loads(cli(package_dir, "status", "--json").stdout)
+    states = {t["file"]: (t["state"], t["reason"]) for t in report["targets"]}
+    assert report["state"] == "unpatched" and "model_executor/models/gemma3.py" in report["reason"], report
+    assert states["model_executor/models/gemma3.py"][0] == "unsupported"
+    assert "a loop over self.layers" in states["model_executor/models/gemma3.py"][1]
+    assert states["model_executor/models/gemma3_mm.py"][0] == "unsupported"
+    assert "gemma3.py is unsupported" in states["model_executor/models/gemma3_mm.py"][1]
+    applied = cli(package_dir, "apply")
+    assert applied.returncode == 0, applied.stderr
+    after = {t["file"]: t["state"] for t in json.loads(cli(package_dir, "status", "--json").stdout)["targets"]}
+    assert after.pop("model_executor/models/gemma3.py") == "unsupported" and gemma3.read_bytes() == broken
+    assert after.pop("model_executor/models/gemma3_mm.py") == "unsupported"
+    assert set(after.values()) == {"patched"}, after
+    assert cli(package_dir, "revert").returncode == 0
+    assert record_mismatches(package_dir) == ["vllm/model_executor/models/gemma3.py"]
+
+
+def test_an_unpatchable_deepseek_file_still_refuses_the_run(release):
+    package_dir = release("0.17.1")
+    deepseek = package_dir / DEEPSEEK
+    deepseek.write_text(deepseek.read_text().replace("islice(self.layers, self.start_layer, self.end_layer)", "self.layers"))
+    untouched = tree_digest(package_dir.parent)
+    applied = cli(package_dir, "apply")
+    assert applied.returncode == 1 and "deepseek_v2.py" in applied.stderr
+    assert tree_digest(package_dir.parent) == untouched

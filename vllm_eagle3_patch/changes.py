@@ -228,5 +228,5 @@ def _restore_manifest(state_dir: StateDir, previous: Optional[Manifest]) -> None
 
 
 def _first(plan: Plan, state: State) -> str:
-    found = next(f for f in plan.files if f.state is state)
+    found = min((f for f in plan.files if f.state is state), key=lambda f: f.optional)  # a blocking file first
     return f"{found.path}: {found.reason}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional
@@ -37,6 +37,8 @@ class FilePlan:
     """How ``original`` compares with vLLM's RECORD (None: there is no original to keep)."""
     refusal: Optional[str] = None
     """Why ``apply`` must leave a MODIFIED file alone, and the way out."""
+    optional: bool = False
+    """An unsupported optional file (a model family's) is left alone and does not block the others."""
 
     @property
     def changes(self) -> bool:
@@ -113,7 +115,8 @@ def make_plan(
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
         manifested = manifest.files.get(path) if manifest else None
-        files.append(_plan_file(target, path, read, state_dir, manifested, options, recorded, examine, originals))
+        planned = _plan_file(target, path, read, state_dir, manifested, options, recorded, examine, originals)
+        files.append(replace(planned, optional=target.optional))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     return Plan(install, tuple(files), manifest, options)
@@ -243,7 +246,18 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
 
     Native files count as done: a release that needs only part of the patch is
     ``patched`` once that part is applied, and ``native`` when it needs none of it.
+    An optional file (a model family's) that cannot be patched is left out, and named in
+    the reason: with many families, one odd file must not block every other model.
     """
+    left_alone = [f for f in files if f.optional and f.state is State.UNSUPPORTED]
+    counted = [f for f in files if f not in left_alone] or list(files)
+    state, reason = _least_finished(counted)
+    if left_alone and state is not State.UNSUPPORTED:
+        reason += "; left alone (unsupported): " + ", ".join(f.path for f in left_alone)
+    return state, reason
+
+
+def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
     for state in _PRECEDENCE:
         matching = [f for f in files if f.state is state]
         if not matching:

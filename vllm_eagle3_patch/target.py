@@ -78,6 +78,9 @@ class Target(Protocol):
     """Short human name, e.g. "DeepSeek-V2/V3 model"."""
     required: bool
     """Whether a release without this file is unsupported (else the target just does not apply)."""
+    optional: bool
+    """Whether an unsupported verdict leaves this file alone instead of refusing the whole run:
+    a model family a user of another family does not need (see :func:`plan.overall_state`)."""
     default_path: str
     """Where the file usually is, to name it when it is missing."""
 
@@ -94,6 +97,7 @@ class SingleFileTarget:
     path: str
     name: str
     required = False
+    optional = False
 
     @property
     def default_path(self) -> str:

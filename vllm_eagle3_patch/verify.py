@@ -65,9 +65,14 @@ def verify(plan: Plan, python: Optional[str], engine: bool = False) -> Report:
 
 
 def static_checks(plan: Plan) -> tuple[Check, ...]:
-    """One check per target file: patched or native is a pass."""
+    """One check per target file: patched or native is a pass, and so is an optional
+    (model family) file that apply leaves alone because it cannot patch it."""
     return tuple(
-        Check(f"{f.path} is patched or native", f.state in (State.PATCHED, State.NATIVE), f"{f.state.value}: {f.reason}")
+        Check(
+            f"{f.path} is patched or native",
+            f.state in (State.PATCHED, State.NATIVE) or (f.optional and f.state is State.UNSUPPORTED),
+            f"{f.state.value}{' (left alone)' if f.optional and f.state is State.UNSUPPORTED else ''}: {f.reason}",
+        )
         for f in plan.files
     )
 

@@ -8,7 +8,9 @@ import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.patches.deepseek_v2 import DeepseekV2Eagle3, TARGET
+from vllm_eagle3_patch.families import DEEPSEEK_V2
+from vllm_eagle3_patch.patches._decoder_eagle3 import DecoderEagle3
+from vllm_eagle3_patch.patches.deepseek_v2 import TARGET
 from vllm_eagle3_patch.target import Options, State
 
 MODEL_TEMPLATE = '''\
@@ -48,12 +50,12 @@ def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, bases
 
 
 def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
-    codemod = DeepseekV2Eagle3(protocol=protocol, aux_layers=aux_layers)
+    codemod = DecoderEagle3(DEEPSEEK_V2, protocol=protocol, aux_layers=aux_layers)
     return codemod.transform_module(cst.parse_module(code)).code
 
 
 class TestDeepseekV2Eagle3(CodemodTest):
-    TRANSFORM = as_codemod(DeepseekV2Eagle3)
+    TRANSFORM = as_codemod(DecoderEagle3)
 
     def test_whole_transform(self) -> None:
         after = '''\
@@ -118,7 +120,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
             )
         return (num_layers // 2 - 1, num_layers // 2, num_layers // 2 + 1)  # (2, n // 2, n - 3) would repeat ids
 '''
-        self.assertCodemod(source(), after)
+        self.assertCodemod(source(), after, DEEPSEEK_V2)
 
 
 def test_slice_loop_and_four_argument_call_keep_their_names():

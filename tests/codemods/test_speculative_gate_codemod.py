@@ -18,6 +18,9 @@ class SpeculativeConfig:
             raise ValueError("Eagle3 is only supported for ...")
 '''
 
+FAMILIES = '"glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "phi3"'
+"""The families' model types, appended after DeepSeek's (see ``vllm_eagle3_patch.families``)."""
+
 LLAMA_ONLY = '''\
 class SpeculativeConfig:
     def _verify_args(self):
@@ -33,20 +36,22 @@ class TestSpeculativeGate(CodemodTest):
     def test_whitelist_gets_the_missing_model_types(self) -> None:
         before = WHITELIST.format(listed='["llama", "qwen"]')
         after = WHITELIST.format(
-            listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"]  # vllm-eagle3-patch'
+            listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch'
         )
         self.assertCodemod(before, after)
 
     def test_types_already_listed_are_not_repeated(self) -> None:
         before = WHITELIST.format(listed='["llama", "deepseek_v3"]')
-        after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "deepseek_v32", "kimi_k2"]  # vllm-eagle3-patch')
+        after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "deepseek_v32", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch')
         self.assertCodemod(before, after)
 
     def test_multi_line_whitelist_keeps_one_item_per_line(self) -> None:
         before = WHITELIST.format(listed='[\n            "llama",\n            "qwen",\n        ]')
         after = WHITELIST.format(
             listed='[\n            "llama",\n            "qwen",\n            "deepseek_v2",\n            "deepseek_v3",\n'
-            '            "deepseek_v32",\n            "kimi_k2",\n        ]  # vllm-eagle3-patch'
+            '            "deepseek_v32",\n            "kimi_k2",\n'
+            + "".join(f"            {t},\n" for t in FAMILIES.split(", "))
+            + '        ]  # vllm-eagle3-patch'
         )
         self.assertCodemod(before, after)
 
@@ -54,7 +59,7 @@ class TestSpeculativeGate(CodemodTest):
         after = LLAMA_ONLY.replace(
             '"llama" not in self.target_model_config.hf_text_config.model_type:',
             "not any(supported in self.target_model_config.hf_text_config.model_type for supported in "
-            '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")):  # vllm-eagle3-patch',
+            '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", ' + FAMILIES + ')):  # vllm-eagle3-patch',
         )
         self.assertCodemod(LLAMA_ONLY, after)
 

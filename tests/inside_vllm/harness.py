@@ -1,4 +1,4 @@
-"""Run a real vLLM ``DeepseekV2Model`` on CPU with small stand-in decoder layers.
+"""Run a real vLLM ``DeepseekV2Model`` (or another family's decoder) on CPU with small stand-in decoder layers.
 
 This module is imported *inside* a venv that has CPU torch and a (patched) vLLM release
 first on ``PYTHONPATH``.  It never stands in for vLLM itself: the model class, its
@@ -141,6 +141,15 @@ class StandInLayer(nn.Module):
         return layer_formula(self.index, hidden_states, residual)
 
 
+class HiddenFirstStandInLayer(StandInLayer):
+    """A stand-in for layers called ``layer(hidden_states, positions, residual)`` (Bailing MoE)."""
+
+    def forward(  # type: ignore[override]
+        self, hidden_states: torch.Tensor, positions: torch.Tensor, residual: torch.Tensor | None, *extra_args: Any, **extra_kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return super().forward(positions, hidden_states, residual, *extra_args, **extra_kwargs)
+
+
 class StandInNorm(nn.Module):
     """Replaces ``RMSNorm(hidden_size, eps=...)``; every release calls ``norm(h, residual)``."""
 
@@ -212,7 +221,7 @@ def no_compile_config() -> types.SimpleNamespace:
     return namespace
 
 
-def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE) -> types.SimpleNamespace:
+def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE, **extra: Any) -> types.SimpleNamespace:
     """The attributes of ``VllmConfig`` that ``DeepseekV2Model.__init__`` reads, any release.
 
     ``hf_config`` has no ``index_topk`` (so not DeepSeek-V3.2, no CUDA buffer) and no
@@ -224,6 +233,7 @@ def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE) -> types.S
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
         rms_norm_eps=1e-6,
+        **extra,
     )
     model_config = types.SimpleNamespace(hf_config=hf_config, hf_text_config=hf_config)
     return types.SimpleNamespace(
@@ -351,6 +361,25 @@ def reference_forward(stage: Stage) -> Reference:
     return Reference(layer_inputs, final_sum, output, hidden, residual)
 
 
+@dataclass(frozen=True)
+class DecoderFile:
+    """A model file whose decoder the harness builds: what it is called and what to stand in for."""
+
+    module: str
+    model: str
+    layer: str
+    """The decoder layer class, replaced by :class:`StandInLayer`."""
+    norm: str = "RMSNorm"
+    """The final norm's class, replaced by :class:`StandInNorm`."""
+    stand_in: type = StandInLayer
+    """What replaces ``layer``: :class:`HiddenFirstStandInLayer` where the call puts the hidden states first."""
+    config: tuple[tuple[str, Any], ...] = ()
+    """Extra ``hf_config`` fields the model's ``__init__`` reads."""
+
+
+DEEPSEEK = DecoderFile(DEEPSEEK_V2, "DeepseekV2Model", "DeepseekV2DecoderLayer")
+
+
 @contextlib.contextmanager
 def deepseek_stage(
     num_layers: int = 8,
@@ -361,7 +390,23 @@ def deepseek_stage(
     last: bool = True,
     model_class: type | None = None,
 ) -> Iterator[Stage]:
-    """Build a real ``DeepseekV2Model`` for layers ``start_layer..end_layer`` of ``num_layers``.
+    """Build a real ``DeepseekV2Model`` for layers ``start_layer..end_layer`` of ``num_layers``."""
+    with decoder_stage(DEEPSEEK, num_layers, start_layer, end_layer, first=first, last=last, model_class=model_class) as stage:
+        yield stage
+
+
+@contextlib.contextmanager
+def decoder_stage(
+    decoder: DecoderFile,
+    num_layers: int = 8,
+    start_layer: int = 0,
+    end_layer: int | None = None,
+    *,
+    first: bool = True,
+    last: bool = True,
+    model_class: type | None = None,
+) -> Iterator[Stage]:
+    """Build the real ``decoder.model`` for layers ``start_layer..end_layer`` of ``num_layers``.
 
     ``first``/``last`` choose the pipeline position.  The replaced module-level names stay
     replaced until the block exits, because ``forward`` calls ``get_pp_group()`` too.
@@ -373,8 +418,8 @@ def deepseek_stage(
         raise ValueError("the first pipeline rank starts at layer 0")
     if last and end_layer != num_layers:
         raise ValueError("the last pipeline rank ends at the last layer")
-    module = deepseek_module()
-    cls = model_class or module.DeepseekV2Model
+    module = importlib.import_module(decoder.module)
+    cls = model_class or getattr(module, decoder.model)
     pp_group = pp_group_for(first, last)
     parallel_state = importlib.import_module("vllm.distributed.parallel_state")
     distributed_utils = importlib.import_module("vllm.distributed.utils")
@@ -386,10 +431,10 @@ def deepseek_stage(
         patcher.setattr(
             distributed_utils, "get_pp_indices", lambda *_args: (start_layer, end_layer)
         )
-        patcher.setattr(module, "DeepseekV2DecoderLayer", StandInLayer)
-        patcher.setattr(module, "RMSNorm", StandInNorm)
+        patcher.setattr(module, decoder.layer, decoder.stand_in)
+        patcher.setattr(module, decoder.norm, StandInNorm)
         patcher.setattr(module, "VocabParallelEmbedding", StandInEmbedding)
-        model = cls(vllm_config=fake_vllm_config(num_layers), prefix="model")
+        model = cls(vllm_config=fake_vllm_config(num_layers, **dict(decoder.config)), prefix="model")
         layers = {
             index: layer
             for index, layer in enumerate(model.layers)
@@ -400,13 +445,13 @@ def deepseek_stage(
         patcher.undo()
 
 
-def causal_lm_shell(class_name: str, model: nn.Module) -> nn.Module:
-    """A ``DeepseekV2ForCausalLM``-family instance whose only state is ``model``.
+def causal_lm_shell(class_name: str, model: nn.Module, module: str = DEEPSEEK_V2) -> nn.Module:
+    """A causal-LM instance (``DeepseekV2ForCausalLM`` by default) whose only state is ``model``.
 
     The real ``__init__`` would build an LM head and load a full config; the EAGLE-3
     methods only touch ``self.model``, so the instance is made with ``object.__new__``.
     """
-    cls = getattr(deepseek_module(), class_name)
+    cls = getattr(importlib.import_module(module), class_name)
     shell = object.__new__(cls)
     nn.Module.__init__(shell)
     shell.model = model

@@ -1,0 +1,363 @@
+"""Make a decoder-only model family an EAGLE-3 target, from its :class:`~vllm_eagle3_patch.families.Family`.
+
+The generalisation of ``deepseek_v2.py``'s codemod: the family's model ``__init__`` sets
+``self.aux_hidden_state_layers``; its ``forward`` captures the residual stream entering
+each requested global layer id (``hidden_states + residual``, or ``hidden_states`` where
+there is no residual yet) and the last layer's output before the norm (id ``end_layer``),
+and returns ``(hidden_states, aux_hidden_states)`` when anything was captured; the
+causal-LM class gains ``SupportsEagle3`` (where the release has it) and the two methods.
+A multimodal wrapper gains the protocol and both methods handed to its language model.
+
+Three loop shapes are recognised: ``islice(self.layers, self.start_layer, self.end_layer)``,
+``self.layers[self.start_layer:self.end_layer]`` (enumerated with global ids), and
+``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]`` (``i`` is the id).
+DeepSeek-V2/V3, the first family, uses the first two.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from vllm_eagle3_patch.codemod import implements_eagle3, judge
+from vllm_eagle3_patch.cst_tools import (
+    add_base,
+    add_import,
+    add_methods,
+    assigned,
+    cst,
+    find,
+    is_attribute,
+    is_name,
+    is_self_attribute,
+    mark,
+    mark_header,
+    mark_line,
+    method,
+    names_in,
+    only,
+    replace_child,
+    sole_statement,
+    statements,
+    top_level_class,
+)
+from vllm_eagle3_patch.families import Family, Wrapper
+from vllm_eagle3_patch.patches._eagle3_methods import delegating_methods, eagle3_methods
+from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, State, Unrecognised, Verdict
+
+PACKAGE = "vllm.model_executor.models"
+"""The model files' package, against which their relative ``from .interfaces import ...`` resolves."""
+INTERFACES = "model_executor/models/interfaces.py"
+RUNNER = "v1/worker/gpu_model_runner.py"
+PROTOCOL = "SupportsEagle3"
+MIXIN_GETTER = "get_eagle3_default_aux_hidden_state_layers"
+"""What the runner asks from 0.18.0 on, where ``SupportsEagle3`` builds on ``EagleModelMixin``."""
+AUX = "aux_hidden_states"
+INDEX = "aux_layer_idx"
+WANTED = "aux_layer_ids"
+"""A local copy of ``self.aux_hidden_state_layers``: the loop then pays ~30 ns a layer, not ~75."""
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The decoder loop of ``forward`` and what the codemod needs to know about it."""
+
+    at: int
+    """Its index in the body of ``forward``."""
+    node: cst.For
+    layer: str
+    """The name the layer is bound to (``layer``)."""
+    global_id: Optional[str]
+    """The name already holding the global layer id (range form), or None: enumerate it."""
+
+
+@dataclass(frozen=True)
+class DecoderEagle3:
+    """Add EAGLE-3 aux hidden state collection to ``family.model`` / ``family.causal_lm``.
+
+    ``protocol``: add ``SupportsEagle3`` to the bases (releases before 0.10.1 have none;
+    their runner calls the methods by name).  ``aux_layers``: fixed ids for the getter.
+    """
+
+    family: Family
+    protocol: bool = True
+    aux_layers: Optional[tuple[int, ...]] = None
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        model = top_level_class(tree, self.family.model)
+        causal_lm = top_level_class(tree, self.family.causal_lm)
+        init, forward = method(model, "__init__"), method(model, "forward")
+        new_model = replace_child(model, init, self.patch_init(init, tree))
+        new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
+        tree = replace_child(tree, model, new_model)
+        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, tree))
+        if self.protocol:
+            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
+        return tree
+
+    def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
+        (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
+        return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
+
+    def patch_forward(self, forward: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
+        model = self.family.model
+        taken = names_in(forward) & {AUX, INDEX, WANTED}
+        if taken:
+            raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
+        body = list(forward.body.body)
+        loop = _decoder_loop(body, model)
+        hidden, residual = _layer_call_names(loop, model)
+        norm_at = _norm_call_index(body, loop.at, model)
+        returned = _final_return(body, model)
+        state = f"{hidden} if {residual} is None else {hidden} + {residual}"
+        index = loop.global_id or INDEX
+
+        collect, wanted = statements(f"{AUX} = []\n{WANTED} = self.aux_hidden_state_layers\n", tree)
+        (capture,) = statements(f"if {index} in {WANTED}:\n    {AUX}.append({state})\n", tree)
+        (capture_last,) = statements(f"if self.end_layer in {WANTED}:\n    {AUX}.append({state})\n", tree)
+        (early_return,) = statements(f"if {AUX}:\n    return {returned}, {AUX}\n", tree)
+
+        new_body = [
+            *body[: loop.at],
+            _move_leading_lines(body[loop.at], mark_line(collect)),
+            mark_line(wanted),
+            self.capture_in_loop(loop, capture),
+            *body[loop.at + 1 : norm_at],
+            _move_leading_lines(body[norm_at], mark(capture_last)),
+            body[norm_at].with_changes(leading_lines=()),
+            *body[norm_at + 1 : -1],
+            _move_leading_lines(body[-1], mark(early_return)),
+            body[-1].with_changes(leading_lines=()),
+        ]
+        return forward.with_changes(body=forward.body.with_changes(body=new_body))
+
+    def capture_in_loop(self, loop: Loop, capture: cst.BaseStatement) -> cst.For:
+        """The capture first in the loop body; ``for layer in X:`` becomes
+        ``for aux_layer_idx, layer in enumerate(X, start=self.start_layer):``."""
+        node = loop.node.with_changes(leading_lines=())
+        body = node.body.with_changes(body=[mark(capture), *node.body.body])
+        if loop.global_id is not None:
+            return node.with_changes(body=body)
+        no_space = cst.SimpleWhitespace("")
+        start = cst.Arg(
+            cst.parse_expression("self.start_layer"),
+            keyword=cst.Name("start"),
+            equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
+        )
+        numbered = cst.Call(cst.Name("enumerate"), args=[cst.Arg(node.iter), start])
+        target = cst.Tuple([cst.Element(cst.Name(INDEX)), cst.Element(node.target)], lpar=[], rpar=[])
+        return node.with_changes(target=target, iter=numbered, body=mark_header(body))
+
+    def patch_causal_lm(self, causal_lm: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
+        if self.protocol:
+            causal_lm = add_base(causal_lm, PROTOCOL)
+        return add_methods(causal_lm, eagle3_methods(self.family.decoder, self.aux_layers), tree)
+
+
+@dataclass(frozen=True)
+class WrapperEagle3:
+    """Give a multimodal wrapper ``SupportsEagle3`` and both methods, handed to its language model."""
+
+    wrapper: Wrapper
+    protocol: bool = True
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        cls = top_level_class(tree, self.wrapper.cls)
+        new = add_base(cls, PROTOCOL) if self.protocol else cls
+        tree = replace_child(tree, cls, add_methods(new, delegating_methods(self.wrapper.language_model), tree))
+        if self.protocol:
+            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
+        return tree
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+def _decoder_loop(body: list[cst.BaseStatement], model: str) -> Loop:
+    loops = [s for s in body if isinstance(s, cst.For) and _loop_shape(s) is not None]
+    what = f"a loop over self.layers from self.start_layer to self.end_layer at the top of {model}.forward"
+    node: cst.For = only(loops, what)  # type: ignore[assignment]
+    layer, global_id = _loop_shape(node)  # type: ignore[misc]
+    return Loop(body.index(node), node, layer, global_id)
+
+
+def _loop_shape(loop: cst.For) -> Optional[tuple[str, Optional[str]]]:
+    """``(layer name, global id name or None)`` for a recognised decoder loop, else None."""
+    if not isinstance(loop.target, cst.Name):
+        return None
+    if _iterates_own_layers(loop.iter):
+        return loop.target.value, None
+    if _ranges_own_layers(loop.iter):
+        index = loop.target.value
+        bindings = [s for s in loop.body.body if _binds_layer(sole_statement(s), index)]
+        if len(bindings) == 1:
+            return assigned(sole_statement(bindings[0])).value, index  # type: ignore[union-attr]
+    return None
+
+
+def _iterates_own_layers(iterable: cst.BaseExpression) -> bool:
+    """``islice(self.layers, self.start_layer, self.end_layer)`` or ``self.layers[self.start_layer:self.end_layer]``."""
+    if isinstance(iterable, cst.Call) and (is_name(iterable.func, "islice") or is_attribute(iterable.func, "islice")):
+        args = [arg.value for arg in iterable.args]
+        return len(args) == 3 and all(is_self_attribute(a, n) for a, n in zip(args, ("layers", "start_layer", "end_layer")))
+    if isinstance(iterable, cst.Subscript) and len(iterable.slice) == 1:
+        part = iterable.slice[0].slice
+        return (
+            isinstance(part, cst.Slice)
+            and part.step is None
+            and is_self_attribute(iterable.value, "layers")
+            and part.lower is not None
+            and part.upper is not None
+            and is_self_attribute(part.lower, "start_layer")
+            and is_self_attribute(part.upper, "end_layer")
+        )
+    return False
+
+
+def _ranges_own_layers(iterable: cst.BaseExpression) -> bool:
+    """``range(self.start_layer, self.end_layer)``"""
+    if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
+        return False
+    args = [arg.value for arg in iterable.args]
+    return len(args) == 2 and is_self_attribute(args[0], "start_layer") and is_self_attribute(args[1], "end_layer")
+
+
+def _binds_layer(statement: Optional[cst.BaseSmallStatement], index: str) -> bool:
+    """``<name> = self.layers[<index>]``"""
+    if not (is_name(assigned(statement)) and isinstance(statement.value, cst.Subscript)):  # type: ignore[union-attr]
+        return False
+    subscript: cst.Subscript = statement.value  # type: ignore[union-attr,assignment]
+    return (
+        is_self_attribute(subscript.value, "layers")
+        and len(subscript.slice) == 1
+        and isinstance(subscript.slice[0].slice, cst.Index)
+        and is_name(subscript.slice[0].slice.value, index)
+    )
+
+
+def _layer_call_names(loop: Loop, model: str) -> tuple[str, str]:
+    """The names the layer call assigns: ``hidden_states, residual = layer(...)``."""
+    calls = [s for s in loop.node.body.body if _assigns_pair_from_call(sole_statement(s), loop.layer)]
+    line: cst.SimpleStatementLine = only(calls, f"the decoder layer call `hidden_states, residual = {loop.layer}(...)` in {model}.forward")  # type: ignore[assignment]
+    hidden, residual = (e.value.value for e in line.body[0].targets[0].target.elements)  # type: ignore[attr-defined]
+    if loop.global_id in (hidden, residual):
+        raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
+    return hidden, residual
+
+
+def _assigns_pair_from_call(statement: Optional[cst.BaseSmallStatement], callee: str) -> bool:
+    """``a, b = <callee>(...)``"""
+    target = assigned(statement)
+    return (
+        isinstance(target, cst.Tuple)
+        and len(target.elements) == 2
+        and all(isinstance(e, cst.Element) and is_name(e.value) for e in target.elements)
+        and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
+        and is_name(statement.value.func, callee)  # type: ignore[union-attr]
+    )
+
+
+def _norm_call_index(body: list[cst.BaseStatement], after: int, model: str) -> int:
+    for index in range(after + 1, len(body)):
+        if find(body[index], cst.Call, lambda call: is_self_attribute(call.func, "norm")):
+            return index
+    raise Unrecognised(f"expected a call to self.norm after the decoder loop in {model}.forward")
+
+
+def _final_return(body: list[cst.BaseStatement], model: str) -> str:
+    returned = sole_statement(body[-1])
+    if isinstance(returned, cst.Return) and isinstance(returned.value, cst.Name):
+        return returned.value.value
+    raise Unrecognised(f"expected {model}.forward to end with `return <hidden states>`")
+
+
+def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) -> cst.BaseStatement:
+    """Inserted statements take over the blank lines and comments above the one they precede."""
+    return target.with_changes(leading_lines=source.leading_lines)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- the release
+
+
+def _release_takes_hand_written_methods(read: ReadFile) -> None:
+    """The release runs EAGLE-3 through the two methods this module writes (0.8.5-0.17.x)."""
+    runner = read(RUNNER) or ""
+    if "set_aux_hidden_state_layers" not in runner:
+        raise Unrecognised(f"this vLLM has no EAGLE-3 ({RUNNER} never calls set_aux_hidden_state_layers)")
+    if MIXIN_GETTER in runner:
+        raise Unrecognised(
+            f"this vLLM's EAGLE-3 interface is EagleModelMixin's ({RUNNER} asks {MIXIN_GETTER}), "
+            "which this tool does not write for this family yet"
+        )
+
+
+def _has_protocol(read: ReadFile) -> bool:
+    return re.search(rf"^class {PROTOCOL}\b", read(INTERFACES) or "", re.MULTILINE) is not None
+
+
+def _declares_eagle3(module: cst.Module, class_name: str, bases: tuple[str, ...]) -> Optional[str]:
+    """Native when the class has the getter, or lists ``SupportsEagle3``/``EagleModelMixin`` itself."""
+    cls = top_level_class(module, class_name)
+    if any(is_name(base.value, *bases) for base in cls.bases):
+        return f"{class_name} already implements EAGLE-3 (upstream support)"
+    return implements_eagle3(module, class_name)
+
+
+class DecoderTarget(SingleFileTarget):
+    """A family's model file: optional (left alone where it cannot be patched) unless the family is required."""
+
+    def __init__(self, family: Family) -> None:
+        self.family = family
+        self.name = f"{family.name} model"
+        self.path = family.path
+        self.required = self.family.required
+        self.optional = not self.family.required
+
+    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        family = self.family
+
+        def native(module: cst.Module) -> Optional[str]:
+            return _declares_eagle3(module, family.causal_lm, (PROTOCOL,)) or _declares_eagle3(
+                module, family.model, ("EagleModelMixin",)
+            )
+
+        return judge(
+            source,
+            lambda: DecoderEagle3(family, protocol=_has_protocol(read), aux_layers=options.aux_layers),
+            native=native,
+            preconditions=lambda: _release_takes_hand_written_methods(read),
+            reads=lambda function: function.cls == family.model and function.name in ("__init__", "forward"),
+        )
+
+
+class WrapperTarget(SingleFileTarget):
+    """A family's multimodal wrapper: patched only where the family's model file is patchable."""
+
+    optional = True
+
+    def __init__(self, family: Family) -> None:
+        assert family.wrapper is not None, f"{family.name} has no multimodal wrapper"
+        self.family = family
+        self.wrapper = family.wrapper
+        self.name = f"{family.name} multimodal wrapper"
+        self.path = family.wrapper.path
+
+    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        return judge(
+            source,
+            lambda: WrapperEagle3(self.wrapper, protocol=_has_protocol(read)),
+            native=lambda module: _declares_eagle3(module, self.wrapper.cls, (PROTOCOL,)),
+            preconditions=lambda: self.require_patchable_model(read, options),
+            reads=lambda function: False,
+        )
+
+    def require_patchable_model(self, read: ReadFile, options: Options) -> None:
+        """The wrapper's methods delegate to the family's causal LM, which must gain them too."""
+        _release_takes_hand_written_methods(read)
+        source = read(self.family.path)
+        if source is None:
+            raise Unrecognised(f"{self.family.path} is missing")
+        verdict = DecoderTarget(self.family).examine(source, read, options)
+        if verdict.state not in (State.UNPATCHED, State.PATCHED):
+            raise Unrecognised(f"{self.family.path} is {verdict.state.value}: {verdict.reason}")

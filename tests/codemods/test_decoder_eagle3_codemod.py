@@ -1,0 +1,326 @@
+"""Edge cases of the generic decoder-only EAGLE-3 codemod on small synthetic sources (no vLLM code here)."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+from as_codemod import as_codemod
+from libcst.codemod import CodemodTest
+
+from vllm_eagle3_patch.families import Family, Wrapper
+from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
+from vllm_eagle3_patch.patches._decoder_eagle3 import DecoderEagle3, DecoderTarget, WrapperEagle3, WrapperTarget
+from vllm_eagle3_patch.target import Options, State
+
+TOY = Family(
+    "Toy",
+    "model_executor/models/toy.py",
+    "ToyModel",
+    "ToyForCausalLM",
+    ("toy",),
+    wrapper=Wrapper("model_executor/models/toy_mm.py", "ToyForConditionalGeneration"),
+)
+
+MODEL_TEMPLATE = '''\
+{imports}
+
+
+class ToyModel(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = make_layers(config)
+
+    def forward(self, positions, intermediate_tensors):
+        hidden_states, residual = intermediate_tensors
+{loop}
+
+{tail}
+
+
+class ToyForCausalLM({bases}):
+
+    def forward(self, x):
+        return self.model(x)
+'''
+
+ISLICE_LOOP = '''\
+        for layer in islice(self.layers, self.start_layer, self.end_layer):
+            hidden_states, residual = layer(positions, hidden_states, residual)'''
+
+RANGE_LOOP = '''\
+        for i in range(self.start_layer, self.end_layer):
+            layer = self.layers[i]
+            hidden_states, residual = layer(hidden_states, positions, residual)'''
+
+SLICE_LOOP = '''\
+        for layer in self.layers[self.start_layer:self.end_layer]:
+            hidden_states, residual = layer(
+                positions,
+                hidden_states,
+                residual,
+                **kwargs,
+            )'''
+
+NORM_TAIL = '''\
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states, residual)
+
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states'''
+
+NORM_IN_ELSE_TAIL = '''\
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states, residual)
+        else:
+            if residual is None:
+                hidden_states = self.norm(hidden_states)
+            else:
+                hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states'''
+
+
+def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, tail=NORM_TAIL, bases="nn.Module, SupportsPP"):
+    return MODEL_TEMPLATE.format(imports=imports, loop=loop, tail=tail, bases=bases)
+
+
+def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
+    return DecoderEagle3(TOY, protocol=protocol, aux_layers=aux_layers).transform_module(cst.parse_module(code)).code
+
+
+def methods_as_added(decoder: str = "self.model") -> str:
+    """The shared ``SupportsEagle3`` methods (their text is the DeepSeek tests' subject) as the
+    codemod appends them to a class: indented, a blank line before each, the ``def`` marked."""
+    lines = []
+    for line in eagle3_methods(decoder, None).splitlines():
+        if line.startswith("def "):
+            lines += ["", f"    {line}  # vllm-eagle3-patch"]
+        else:
+            lines.append(f"    {line}")
+    return "\n".join(lines) + "\n"
+
+
+METHODS = methods_as_added()
+
+
+class TestDecoderEagle3(CodemodTest):
+    TRANSFORM = as_codemod(DecoderEagle3)
+
+    def test_islice_loop_is_enumerated_with_global_ids(self) -> None:
+        after = '''\
+from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch
+
+
+class ToyModel(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.layers = make_layers(config)
+        self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch
+
+    def forward(self, positions, intermediate_tensors):
+        hidden_states, residual = intermediate_tensors
+        aux_hidden_states = []  # vllm-eagle3-patch
+        aux_layer_ids = self.aux_hidden_state_layers  # vllm-eagle3-patch
+        for aux_layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):  # vllm-eagle3-patch
+            if aux_layer_idx in aux_layer_ids:  # vllm-eagle3-patch
+                aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+            hidden_states, residual = layer(positions, hidden_states, residual)
+
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states, residual)
+
+        if self.end_layer in aux_layer_ids:  # vllm-eagle3-patch
+            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        if aux_hidden_states:  # vllm-eagle3-patch
+            return hidden_states, aux_hidden_states
+        return hidden_states
+
+
+class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch
+
+    def forward(self, x):
+        return self.model(x)
+''' + METHODS
+        self.assertCodemod(source(), after, TOY)
+
+    def test_range_loop_uses_its_own_index(self) -> None:
+        after = patch(source(loop=RANGE_LOOP))
+        assert (
+            "        for i in range(self.start_layer, self.end_layer):\n"
+            "            if i in aux_layer_ids:  # vllm-eagle3-patch\n"
+            "                aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n"
+            "            layer = self.layers[i]\n"
+        ) in after
+        assert "enumerate" not in after and "aux_layer_idx" not in after
+
+    def test_slice_loop_with_a_multi_line_call(self) -> None:
+        after = patch(source(loop=SLICE_LOOP))
+        assert (
+            "for aux_layer_idx, layer in enumerate(self.layers[self.start_layer:self.end_layer], "
+            "start=self.start_layer):  # vllm-eagle3-patch"
+        ) in after
+        assert "                **kwargs,\n            )\n" in after
+
+    def test_norm_inside_an_else_branch(self) -> None:
+        """The last-rank norm under ``else:`` (Bailing MoE 0.17): the final capture goes before that statement."""
+        after = patch(source(tail=NORM_IN_ELSE_TAIL))
+        capture = after.index("if self.end_layer in aux_layer_ids:")
+        assert capture < after.index("if not get_pp_group().is_last_rank:") < after.index("if aux_hidden_states:")
+        assert after.index("if not get_pp_group().is_last_rank:") < after.index("hidden_states = self.norm(hidden_states)")
+        compile(after, "<patched>", "exec")
+
+    def test_without_protocol_only_methods_are_added(self) -> None:
+        after = patch(source(), protocol=False)
+        assert "SupportsEagle3" not in after
+        assert "def set_aux_hidden_state_layers" in after and "def get_eagle3_aux_hidden_state_layers" in after
+
+    def test_fixed_aux_layers(self) -> None:
+        after = patch(source(), aux_layers=(1, 5, 9))
+        assert "layers = (1, 5, 9)  # vllm-eagle3-patch apply --aux-layers" in after
+
+    def test_the_decoder_attribute_comes_from_the_family(self) -> None:
+        family = Family("Toy", TOY.path, "ToyModel", "ToyForCausalLM", ("toy",), decoder="self.backbone")
+        after = DecoderEagle3(family).transform_module(cst.parse_module(source())).code
+        assert after.endswith(methods_as_added("self.backbone")), after
+
+
+REFUSED = [
+    pytest.param(source(loop="        pass"), "a loop over self.layers", id="no-loop"),
+    pytest.param(source(loop=ISLICE_LOOP + "\n" + ISLICE_LOOP), "a loop over self.layers", id="two-loops"),
+    pytest.param(
+        source(loop=ISLICE_LOOP.replace("self.start_layer, self.end_layer", "0, self.end_layer")),
+        "a loop over self.layers",
+        id="loop-from-zero",
+    ),
+    pytest.param(
+        source(loop=RANGE_LOOP.replace("            layer = self.layers[i]\n", "")),
+        "a loop over self.layers",
+        id="range-without-layer",
+    ),
+    pytest.param(
+        source(loop=RANGE_LOOP.replace("hidden_states, residual = layer", "hidden_states, i = layer")),
+        "assigns the loop's index",
+        id="range-index-reassigned",
+    ),
+    pytest.param(
+        source(loop=ISLICE_LOOP.replace("hidden_states, residual = layer(", "hidden_states = layer(")),
+        "hidden_states, residual = layer(...)",
+        id="single-result-layer",
+    ),
+    pytest.param(source(tail="        return hidden_states"), "a call to self.norm", id="no-norm"),
+    pytest.param(
+        source(tail=NORM_TAIL.replace("return hidden_states", "return hidden_states * 2")),
+        "to end with `return <hidden states>`",
+        id="return-expression",
+    ),
+    pytest.param(
+        source(loop=ISLICE_LOOP.replace("hidden_states, residual = layer", "aux_hidden_states, residual = layer")),
+        "already uses the name 'aux_hidden_states'",
+        id="name-taken",
+    ),
+    pytest.param(source().replace("class ToyForCausalLM", "class OtherForCausalLM"), "ToyForCausalLM", id="no-causal-lm"),
+]
+
+RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"
+INTERFACES_WITH_PROTOCOL = "class SupportsEagle3(Protocol):\n    pass\n"
+
+
+def reader(runner=RUNNER_WITH_EAGLE3, interfaces=INTERFACES_WITH_PROTOCOL, **files):
+    known = {
+        "v1/worker/gpu_model_runner.py": runner,
+        "model_executor/models/interfaces.py": interfaces,
+        **{TOY.path if name == "model" else name: text for name, text in files.items()},
+    }
+    return known.get
+
+
+@pytest.mark.parametrize(("code", "reason"), REFUSED)
+def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
+    verdict = DecoderTarget(TOY).examine(code, reader(), Options())
+    assert verdict.state is State.UNSUPPORTED and reason in verdict.reason
+    assert verdict.patched is None
+
+
+@pytest.mark.parametrize(
+    ("code", "read", "state", "reason"),
+    [
+        (source(), reader(), State.UNPATCHED, "patchable"),
+        (patch(source()), reader(), State.PATCHED, "carries"),
+        (source(), reader(runner="nothing here"), State.UNSUPPORTED, "no EAGLE-3"),
+        (
+            source(),
+            reader(runner=RUNNER_WITH_EAGLE3 + "\nmodel.get_eagle3_default_aux_hidden_state_layers()"),
+            State.UNSUPPORTED,
+            "EagleModelMixin",
+        ),
+        (source(bases="nn.Module, SupportsPP, SupportsEagle3"), reader(), State.NATIVE, "already implements"),
+        (source().replace("class ToyModel(nn.Module)", "class ToyModel(nn.Module, EagleModelMixin)"), reader(), State.NATIVE, "ToyModel"),
+        (
+            source().replace("        return self.model(x)\n", "        return self.model(x)\n\n    def get_eagle3_aux_hidden_state_layers(self):\n        return (1,)\n"),
+            reader(),
+            State.NATIVE,
+            "already implements",
+        ),
+    ],
+    ids=["unpatched", "patched", "no-eagle3", "mixin-release", "protocol-base", "mixin-base", "getter"],
+)
+def test_target_states(code, read, state, reason):
+    verdict = DecoderTarget(TOY).examine(code, read, Options())
+    assert verdict.state is state and reason in verdict.reason, verdict.reason
+
+
+def test_protocol_follows_the_release():
+    without = DecoderTarget(TOY).examine(source(), reader(interfaces="class SupportsPP: ..."), Options())
+    assert without.state is State.UNPATCHED and "SupportsEagle3" not in without.patched
+    assert "SupportsEagle3" in DecoderTarget(TOY).examine(source(), reader(), Options()).patched
+
+
+WRAPPER_SOURCE = '''\
+from .interfaces import SupportsMultiModal
+
+
+class ToyForConditionalGeneration(nn.Module, SupportsMultiModal):
+
+    def __init__(self, vllm_config):
+        self.language_model = init_vllm_registered_model(vllm_config)
+'''
+
+
+class TestWrapperEagle3(CodemodTest):
+    TRANSFORM = as_codemod(WrapperEagle3)
+
+    def test_wrapper_delegates_to_its_language_model(self) -> None:
+        after = '''\
+from .interfaces import SupportsMultiModal, SupportsEagle3  # vllm-eagle3-patch
+
+
+class ToyForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsEagle3):  # vllm-eagle3-patch
+
+    def __init__(self, vllm_config):
+        self.language_model = init_vllm_registered_model(vllm_config)
+
+    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch
+        self.language_model.set_aux_hidden_state_layers(layers)
+
+    def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:  # vllm-eagle3-patch
+        return self.language_model.get_eagle3_aux_hidden_state_layers()
+'''
+        self.assertCodemod(WRAPPER_SOURCE, after, TOY.wrapper)
+
+
+@pytest.mark.parametrize(
+    ("model", "state", "reason"),
+    [
+        (source(), State.UNPATCHED, "patchable"),
+        (patch(source()), State.UNPATCHED, "patchable"),
+        (source(loop="        pass"), State.UNSUPPORTED, "toy.py is unsupported: expected a loop"),
+        (None, State.UNSUPPORTED, "toy.py is missing"),
+    ],
+    ids=["model-patchable", "model-patched", "model-unsupported", "model-missing"],
+)
+def test_the_wrapper_follows_its_language_model(model, state, reason):
+    files = {} if model is None else {"model": model}
+    verdict = WrapperTarget(TOY).examine(WRAPPER_SOURCE, reader(**files), Options())
+    assert verdict.state is state and reason in verdict.reason, verdict.reason

@@ -1,0 +1,183 @@
+"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling).
+
+The same spec as DeepSeek's (``test_eagle3_behaviour``), run on each family's real model
+class with stand-in layers: ``__init__`` starts with no ids; ``forward`` captures the input
+of layer k for global ids, id 0 without a residual, id n the last layer's pre-norm output,
+in layer order; with nothing captured the output is bit for bit the unpatched one; the
+causal LM supports EAGLE-3, its setter drives ``forward``, its default is
+``(2, n // 2, n - 3)``; Gemma 3's multimodal wrapper delegates; the gate accepts the types.
+On an unpatched tree these tests fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+
+import pytest
+from packaging.version import Version
+from torch import nn
+
+import harness
+from harness import DecoderFile, decoder_stage, reference_forward
+from test_eagle3_behaviour import _supports_eagle3, assert_captured, assert_intermediate, assert_same
+
+VERSION = harness.vllm_version()
+MODELS = "vllm.model_executor.models"
+
+
+@dataclass(frozen=True)
+class FamilyUnderTest:
+    decoder: DecoderFile
+    causal_lm: str
+    model_types: tuple[str, ...]
+    first_release: Version
+    """The first release shipping the file: before it the family is absent, not a failure."""
+
+
+FAMILIES = {
+    "glm4_moe": FamilyUnderTest(
+        DecoderFile(f"{MODELS}.glm4_moe", "Glm4MoeModel", "Glm4MoeDecoderLayer"),
+        "Glm4MoeForCausalLM",
+        ("glm4_moe",),
+        Version("0.10.0"),
+    ),
+    "bailing_moe": FamilyUnderTest(
+        DecoderFile(
+            f"{MODELS}.bailing_moe",
+            "BailingMoeModel",
+            "BailingMoeBlock",
+            stand_in=harness.HiddenFirstStandInLayer,
+            config=(("tie_word_embeddings", False), ("embedding_dropout", 0.0)),
+        ),
+        "BailingMoeForCausalLM",
+        ("bailing_moe",),
+        Version("0.10.0"),
+    ),
+    "gemma3": FamilyUnderTest(
+        DecoderFile(f"{MODELS}.gemma3", "Gemma3Model", "Gemma3DecoderLayer", norm="GemmaRMSNorm"),
+        "Gemma3ForCausalLM",
+        ("gemma3", "gemma3_text"),
+        Version("0.8.5"),
+    ),
+}
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
+    chosen = FAMILIES[request.param]
+    if importlib.util.find_spec(chosen.decoder.module) is None:
+        assert VERSION < chosen.first_release, f"{chosen.decoder.module} missing from vLLM {VERSION}"
+        pytest.skip(f"vLLM {VERSION} has no {chosen.decoder.module} (first shipped in {chosen.first_release})")
+    return chosen
+
+
+def test_init_sets_empty_aux_layers(family: FamilyUnderTest) -> None:
+    with decoder_stage(family.decoder) as stage:
+        assert type(stage.model).__name__ == family.decoder.model
+        assert "aux_hidden_state_layers" in vars(stage.model), "not set by __init__"
+        assert stage.model.aux_hidden_state_layers == () and type(stage.model.aux_hidden_state_layers) is tuple
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        pytest.param((0,), id="first-layer-input"),
+        pytest.param((4,), id="middle"),
+        pytest.param((8,), id="final-output"),
+        pytest.param((2, 4, 5), id="default-ids"),
+        pytest.param((7, 0, 8, 3), id="unordered"),
+        pytest.param((1, 9, 100), id="beyond-n-ignored"),
+    ],
+)
+def test_capture_single_stage(family: FamilyUnderTest, ids: tuple[int, ...]) -> None:
+    with decoder_stage(family.decoder, 8) as stage:
+        ref = reference_forward(stage)
+        assert_captured(stage.run(ids), stage, ref, ids)
+
+
+def test_capture_of_layer_zero_is_the_embedding(family: FamilyUnderTest) -> None:
+    with decoder_stage(family.decoder, 8) as stage:
+        embeds, residual = stage.inputs()
+        assert residual is None
+        _, aux = stage.run((0,))
+        assert_same(aux[0], embeds, "capture of id 0")
+
+
+def test_last_stage_uses_global_ids(family: FamilyUnderTest) -> None:
+    with decoder_stage(family.decoder, 8, 4, 8, first=False, last=True) as stage:
+        ref = reference_forward(stage)
+        assert_captured(stage.run((8, 1, 6, 4, 3)), stage, ref, (8, 1, 6, 4, 3))
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "start", "end"),
+    [
+        pytest.param(True, True, 0, 8, id="single-stage"),
+        pytest.param(True, False, 0, 4, id="first-rank"),
+        pytest.param(False, True, 4, 8, id="last-rank"),
+    ],
+)
+@pytest.mark.parametrize("ids", [None, ()], ids=["fresh", "empty"])
+def test_nothing_captured_is_unchanged(
+    family: FamilyUnderTest, first: bool, last: bool, start: int, end: int, ids: tuple[int, ...] | None
+) -> None:
+    with decoder_stage(family.decoder, 8, start, end, first=first, last=last) as stage:
+        ref = reference_forward(stage)
+        out = stage.run(ids)
+        if last:
+            assert ref.output is not None
+            assert_same(out, ref.output, "output")
+        else:
+            assert_intermediate(out, stage, ref)
+
+
+def test_capturing_on_a_non_last_rank_sends_the_same(family: FamilyUnderTest) -> None:
+    with decoder_stage(family.decoder, 8, 0, 4, first=True, last=False) as stage:
+        ref = reference_forward(stage)
+        assert_intermediate(stage.run((0, 2, 4)), stage, ref)
+
+
+def test_supports_eagle3(family: FamilyUnderTest) -> None:
+    supports_eagle3 = _supports_eagle3()
+    with decoder_stage(family.decoder) as stage:
+        lm = harness.causal_lm_shell(family.causal_lm, stage.model, family.decoder.module)
+        assert supports_eagle3(type(lm)) and supports_eagle3(lm)
+
+
+@pytest.mark.parametrize(
+    ("num_layers", "expected"), [pytest.param(8, (2, 4, 5), id="8"), pytest.param(62, (2, 31, 59), id="62")]
+)
+def test_methods(family: FamilyUnderTest, num_layers: int, expected: tuple[int, ...]) -> None:
+    """The default ids, and the setter driving the next forward."""
+    with decoder_stage(family.decoder, num_layers) as stage:
+        lm = harness.causal_lm_shell(family.causal_lm, stage.model, family.decoder.module)
+        assert tuple(lm.get_eagle3_aux_hidden_state_layers()) == expected
+        lm.set_aux_hidden_state_layers((0, 3, num_layers))
+        assert stage.model.aux_hidden_state_layers == (0, 3, num_layers)
+        ref = reference_forward(stage)
+        assert_captured(stage.run(), stage, ref, (0, 3, num_layers))
+
+
+def test_gemma3_multimodal_wrapper_delegates() -> None:
+    """``get_model()`` is ``Gemma3ForConditionalGeneration`` for a multimodal Gemma 3 checkpoint."""
+    gemma3 = FAMILIES["gemma3"]
+    wrapper_module = importlib.import_module(f"{MODELS}.gemma3_mm")
+    with decoder_stage(gemma3.decoder, 8) as stage:
+        wrapper = object.__new__(wrapper_module.Gemma3ForConditionalGeneration)
+        nn.Module.__init__(wrapper)
+        wrapper.language_model = harness.causal_lm_shell(gemma3.causal_lm, stage.model, gemma3.decoder.module)
+        if VERSION >= Version("0.10.1"):
+            supports_eagle3 = _supports_eagle3()
+            assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
+        assert tuple(wrapper.get_eagle3_aux_hidden_state_layers()) == (2, 4, 5)
+        wrapper.set_aux_hidden_state_layers((1, 8))
+        assert stage.model.aux_hidden_state_layers == (1, 8)
+        ref = reference_forward(stage)
+        assert_captured(stage.run(), stage, ref, (1, 8))
+
+
+@pytest.mark.parametrize("model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "phi3"])
+def test_gate_accepts_the_families(model_type: str) -> None:
+    harness.run_speculative_gate(model_type)

@@ -358,8 +358,9 @@ def test_verify_fails_unpatched_and_passes_patched_through_python(serving_venv):
     report = json.loads(unpatched.stdout)
     assert report["imported"] is True and report["verified"] is False
     failed = {c["name"] for c in report["checks"] if not c["ok"]}
-    assert "DeepseekV3ForCausalLM supports EAGLE-3" in failed
-    assert "DeepseekV2Model.forward captures ids 0, 3 and n" in failed
+    for causal_lm, model in FAMILY_CLASSES:
+        assert {f"{causal_lm} supports EAGLE-3", f"{model}.forward captures ids 0, 3 and n"} <= failed, failed
+    assert "Gemma3ForConditionalGeneration supports EAGLE-3 and delegates" in failed
 
     assert run_cli("--python", python, "apply", "-q").returncode == 0
     try:
@@ -369,6 +370,30 @@ def test_verify_fails_unpatched_and_passes_patched_through_python(serving_venv):
         assert "\x1b[" not in patched.stdout
     finally:
         assert run_cli("--python", python, "revert", "-q").returncode == 0
+
+
+FAMILY_CLASSES = (
+    ("DeepseekV2ForCausalLM", "DeepseekV2Model"),
+    ("Glm4MoeForCausalLM", "Glm4MoeModel"),
+    ("Gemma3ForCausalLM", "Gemma3Model"),
+    ("BailingMoeForCausalLM", "BailingMoeModel"),
+)
+"""Every family 0.17.1 has: verify runs the same checks on each."""
+
+
+def test_verify_checks_the_families_apply_patches_and_not_those_it_leaves_alone(release, cpu_python):
+    package_dir = release("0.17.1")
+    gemma3 = package_dir / "model_executor/models/gemma3.py"
+    gemma3.write_text(gemma3.read_text().replace("for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:"))
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    verified = cli(package_dir, "verify", "--interpreter", str(cpu_python), "--json")
+    report = json.loads(verified.stdout)
+    assert verified.returncode == 0 and report["verified"] is True, [c for c in report["checks"] if not c["ok"]]
+    names = {c["name"] for c in report["checks"]}
+    for causal_lm, model in FAMILY_CLASSES:
+        checked = {f"{causal_lm} supports EAGLE-3", f"{model}.forward captures ids 0, 3 and n", f"{model}.forward unchanged with no ids"}
+        assert checked.isdisjoint(names) if model == "Gemma3Model" else checked <= names, (model, names)
+    assert not any("Gemma3ForConditionalGeneration" in name for name in names)
 
 
 def test_verify_without_torch_falls_back_to_static_checks(venv_with_vllm):

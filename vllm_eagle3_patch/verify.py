@@ -17,6 +17,7 @@ from typing import Optional
 
 from . import verify_probe
 from .errors import ToolError
+from .families import FAMILIES
 from .plan import Plan
 from .target import State
 
@@ -79,10 +80,41 @@ def static_checks(plan: Plan) -> tuple[Check, ...]:
 
 def run_probe(plan: Plan, python: str) -> dict:
     ids = ",".join(map(str, plan.options.aux_layers)) if plan.options.aux_layers is not None else ""
-    outcome = run_in_target(plan, python, Path(verify_probe.__file__), [ids], TIMEOUT_SECONDS)
+    families = json.dumps(probe_families(plan))
+    outcome = run_in_target(plan, python, Path(verify_probe.__file__), [ids, families], TIMEOUT_SECONDS)
     if "failed" in outcome:
         return {"importable": False, "error": f"the check process failed: {outcome['failed']}"}
     return outcome
+
+
+def probe_families(plan: Plan) -> list[dict]:
+    """What ``verify_probe`` checks: each family whose model file this vLLM has and ``apply``
+    does not leave alone (a required family always: failing it is the point of an unpatched
+    run), and its multimodal wrapper on the same terms; modules and classes by name."""
+    present = {f.path for f in plan.files}
+    left_alone = {f.path for f in plan.files if f.optional and f.state is State.UNSUPPORTED}
+
+    def checked(path: str, required: bool = False) -> bool:
+        return path in present and (required or path not in left_alone)
+
+    def module(path: str) -> str:
+        return "vllm." + path.removesuffix(".py").replace("/", ".")
+
+    described = []
+    for family in FAMILIES:
+        if not checked(family.path, family.required):
+            continue
+        wrapper = family.wrapper if family.wrapper and checked(family.wrapper.path) else None
+        described.append(
+            {
+                "module": module(family.path),
+                "model": family.model,
+                "causal_lm": family.causal_lm,
+                "decoder": family.decoder,
+                "wrapper": wrapper and {"module": module(wrapper.path), "cls": wrapper.cls, "language_model": wrapper.language_model},
+            }
+        )
+    return described
 
 
 def run_in_target(plan: Plan, python: str, script: Path, arguments: list[str], timeout: float) -> dict:

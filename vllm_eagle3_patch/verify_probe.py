@@ -1,9 +1,10 @@
 """Run by ``vllm-eagle3-patch verify`` inside the target interpreter: import the patched vLLM
 and exercise it, on CPU, with stand-in decoder layers and no weights.
 
-It is executed as a script (``python verify_probe.py [AUX_IDS]``) so the target environment
-needs torch and vLLM's own requirements, not this tool.  It prints one JSON object:
-``{"importable": bool, "error": str | None, "checks": [{"name", "ok", "detail"}]}``.
+It is executed as a script (``python verify_probe.py AUX_IDS FAMILIES_JSON``) so the target
+environment needs torch and vLLM's own requirements, not this tool.  ``FAMILIES_JSON`` lists
+the model families to check (see :func:`vllm_eagle3_patch.verify.families_to_check`).  It
+prints one JSON object: ``{"importable": bool, "error": str | None, "checks": [{"name", "ok", "detail"}]}``.
 """
 
 from __future__ import annotations
@@ -17,25 +18,40 @@ import types
 from typing import Any, Callable, Iterator
 
 NUM_LAYERS = 8
+SERVED_LAYERS = 61
+"""DeepSeek-V3's layer count: the default ids are checked for a model of that size."""
 
 
 def main(argv: list[str]) -> dict[str, Any]:
     expected_ids = tuple(int(i) for i in argv[0].split(",")) if argv and argv[0] else None
+    families: list[dict[str, Any]] = json.loads(argv[1]) if len(argv) > 1 else []
     try:
         import torch  # noqa: F401
 
-        deepseek = importlib.import_module("vllm.model_executor.models.deepseek_v2")
+        modules = {family["module"]: importlib.import_module(family["module"]) for family in families}
     except BaseException as error:  # noqa: BLE001 - any failure means "cannot import here"
         return {"importable": False, "error": f"{type(error).__name__}: {error}", "checks": []}
-    checks = [
-        ("DeepseekV3ForCausalLM supports EAGLE-3", lambda: check_protocol(deepseek)),
-        ("get_eagle3_aux_hidden_state_layers()", lambda: check_default_ids(deepseek, expected_ids)),
-        ("set_aux_hidden_state_layers() reaches the model", lambda: check_setter(deepseek)),
-        ("DeepseekV2Model.forward captures ids 0, 3 and n", lambda: check_forward(deepseek, (0, 3, NUM_LAYERS))),
-        ("DeepseekV2Model.forward unchanged with no ids", lambda: check_forward(deepseek, ())),
-        ("Kimi-K2.5 wrapper supports EAGLE-3", lambda: check_kimi_k25(expected_ids)),
-    ]
+    checks: list[tuple[str, Callable[[], str]]] = []
+    for family in families:
+        checks += family_checks(family, modules[family["module"]], expected_ids)
+    checks.append(("Kimi-K2.5 wrapper supports EAGLE-3", lambda: check_kimi_k25(expected_ids)))
     return {"importable": True, "error": None, "checks": [run(name, check) for name, check in checks]}
+
+
+def family_checks(family: dict[str, Any], module: types.ModuleType, expected_ids: tuple[int, ...] | None) -> list[tuple[str, Callable[[], str]]]:
+    """The same five checks for every family; the wrapper's delegation where it has one."""
+    causal_lm, model, decoder = family["causal_lm"], family["model"], family["decoder"]
+    checks = [
+        (f"{causal_lm} supports EAGLE-3", lambda: check_protocol(module, causal_lm)),
+        (f"{causal_lm}.get_eagle3_aux_hidden_state_layers()", lambda: check_default_ids(module, causal_lm, decoder, expected_ids)),
+        (f"{causal_lm}.set_aux_hidden_state_layers() reaches the model", lambda: check_setter(module, causal_lm, decoder)),
+        (f"{model}.forward captures ids 0, 3 and n", lambda: check_forward(module, model, (0, 3, NUM_LAYERS))),
+        (f"{model}.forward unchanged with no ids", lambda: check_forward(module, model, ())),
+    ]
+    wrapper = family.get("wrapper")
+    if wrapper:
+        checks.append((f"{wrapper['cls']} supports EAGLE-3 and delegates", lambda: check_wrapper(wrapper)))
+    return checks
 
 
 def run(name: str, check: Callable[[], str]) -> dict[str, Any]:
@@ -48,17 +64,22 @@ def run(name: str, check: Callable[[], str]) -> dict[str, Any]:
         return {"name": name, "ok": False, "detail": f"{type(error).__name__}: {error} ({last.filename}:{last.lineno})"}
 
 
-def check_protocol(deepseek: types.ModuleType) -> str:
-    cls = deepseek.DeepseekV3ForCausalLM
+def check_protocol(module: types.ModuleType, causal_lm: str) -> str:
+    """The causal LM and every subclass in its file (DeepSeek-V3, ...): what users serve."""
+    base = getattr(module, causal_lm)
+    served = [base, *(c for c in vars(module).values() if isinstance(c, type) and c is not base and issubclass(c, base))]
+    names = ", ".join(cls.__name__ for cls in served)
     try:
         from vllm.model_executor.models.interfaces import SupportsEagle3, supports_eagle3
     except ImportError:  # before 0.10.1 the runner calls the methods by name
-        assert hasattr(cls, "set_aux_hidden_state_layers"), "no set_aux_hidden_state_layers"
-        assert hasattr(cls, "get_eagle3_aux_hidden_state_layers"), "no get_eagle3_aux_hidden_state_layers"
-        return "both methods present (this release has no SupportsEagle3 protocol)"
-    assert supports_eagle3(cls), "supports_eagle3(DeepseekV3ForCausalLM) is False"
-    assert SupportsEagle3 in cls.__mro__, "SupportsEagle3 is not a base"
-    return "supports_eagle3(DeepseekV3ForCausalLM) is True"
+        for cls in served:
+            assert hasattr(cls, "set_aux_hidden_state_layers"), f"{cls.__name__} has no set_aux_hidden_state_layers"
+            assert hasattr(cls, "get_eagle3_aux_hidden_state_layers"), f"{cls.__name__} has no get_eagle3_aux_hidden_state_layers"
+        return f"both methods present on {names} (this release has no SupportsEagle3 protocol)"
+    for cls in served:
+        assert supports_eagle3(cls), f"supports_eagle3({cls.__name__}) is False"
+        assert SupportsEagle3 in cls.__mro__, f"SupportsEagle3 is not a base of {cls.__name__}"
+    return f"supports_eagle3 is True for {names}"
 
 
 def bare(cls: type) -> Any:
@@ -70,79 +91,137 @@ def bare(cls: type) -> Any:
     return instance
 
 
-def check_default_ids(deepseek: types.ModuleType, expected_ids: tuple[int, ...] | None) -> str:
-    model = bare(deepseek.DeepseekV3ForCausalLM)
-    model.model = types.SimpleNamespace(layers=[None] * 61)
+def attribute(decoder: str) -> str:
+    """``self.model`` -> ``model``: where the causal LM keeps its decoder."""
+    return decoder.removeprefix("self.")
+
+
+def check_default_ids(module: types.ModuleType, causal_lm: str, decoder: str, expected_ids: tuple[int, ...] | None) -> str:
+    model = bare(getattr(module, causal_lm))
+    setattr(model, attribute(decoder), types.SimpleNamespace(layers=[None] * SERVED_LAYERS))
     ids = tuple(model.get_eagle3_aux_hidden_state_layers())
-    expected = expected_ids if expected_ids is not None else (2, 30, 58)
-    assert ids == expected, f"returned {ids} for 61 layers, expected {expected}"
-    return f"{ids} for 61 layers"
+    n = SERVED_LAYERS
+    expected = expected_ids if expected_ids is not None else (2, n // 2, n - 3)
+    assert ids == expected, f"returned {ids} for {n} layers, expected {expected}"
+    return f"{ids} for {n} layers"
 
 
-def check_setter(deepseek: types.ModuleType) -> str:
-    model = bare(deepseek.DeepseekV3ForCausalLM)
-    model.model = types.SimpleNamespace(aux_hidden_state_layers=(), start_layer=0, layers=[None] * NUM_LAYERS)
+def check_setter(module: types.ModuleType, causal_lm: str, decoder: str) -> str:
+    model = bare(getattr(module, causal_lm))
+    inner = types.SimpleNamespace(aux_hidden_state_layers=(), start_layer=0, layers=[None] * NUM_LAYERS)
+    setattr(model, attribute(decoder), inner)
     model.set_aux_hidden_state_layers((1, 2))
-    assert model.model.aux_hidden_state_layers == (1, 2), "model.aux_hidden_state_layers not set"
-    return "model.aux_hidden_state_layers == (1, 2)"
+    assert inner.aux_hidden_state_layers == (1, 2), f"{decoder}.aux_hidden_state_layers not set"
+    return f"{decoder}.aux_hidden_state_layers == (1, 2)"
 
 
-class StandInLayer:
-    """Layer ``i``: ``(h * (i + 2), (residual or 0) + h)``: cheap, exact, distinct per layer."""
+class RecordingLayer:
+    """Layer ``i``: ``(h * (i + 2), (residual or 0) + h)``, recording the state it was given.
 
-    def __init__(self, index: int) -> None:
+    Families call their layers with different argument orders (``positions`` first or
+    ``hidden_states`` first, extra arguments after the residual): the hidden states are the
+    first floating-point tensor, the residual the next argument that is one or None (the
+    positions are integers).  What the model feeds the first layer (embeddings, scaled or
+    not) is its own business: the captured states are compared with what each layer received.
+    """
+
+    def __init__(self, index: int, received: list[Any]) -> None:
         self.index = index
+        self.received = received
 
-    def __call__(self, positions: Any, hidden_states: Any, residual: Any, *extra: Any) -> tuple[Any, Any]:
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        floating = [a is None or (hasattr(a, "is_floating_point") and a.is_floating_point()) for a in args]
+        at = next(i for i, a in enumerate(args) if a is not None and floating[i])
+        hidden_states = args[at]
+        residual = next((a for i, a in enumerate(args) if i > at and floating[i]), kwargs.get("residual"))
+        self.received.append(hidden_states if residual is None else hidden_states + residual)
         new_residual = hidden_states if residual is None else residual + hidden_states
         return hidden_states * (self.index + 2), new_residual
 
 
+def stand_in_norm(hidden_states: Any, residual: Any = None) -> Any:
+    """``self.norm`` with or without a residual, as the families call it."""
+    if residual is None:
+        return hidden_states * 0.5
+    return hidden_states + residual, hidden_states + residual
+
+
 @contextlib.contextmanager
-def single_stage(deepseek: types.ModuleType) -> Iterator[None]:
+def single_stage(module: types.ModuleType) -> Iterator[None]:
     """One pipeline stage holding every layer: first and last rank at once."""
     group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
-    saved = deepseek.get_pp_group
-    deepseek.get_pp_group = lambda: group
+    saved = module.get_pp_group
+    module.get_pp_group = lambda: group
     try:
         yield
     finally:
-        deepseek.get_pp_group = saved
+        module.get_pp_group = saved
 
 
-def check_forward(deepseek: types.ModuleType, ids: tuple[int, ...]) -> str:
+def run_forward(module: types.ModuleType, model_class: str, ids: tuple[int, ...]) -> tuple[Any, list[Any]]:
+    """The patched ``forward`` over stand-in layers: its output and what each layer received."""
     import torch
 
-    model = bare(deepseek.DeepseekV2Model)
-    layers = [StandInLayer(i) for i in range(NUM_LAYERS)]
-    model.layers = layers
+    model = bare(getattr(module, model_class))
+    received: list[Any] = []
+    model.layers = [RecordingLayer(i, received) for i in range(NUM_LAYERS)]
     model.start_layer, model.end_layer = 0, NUM_LAYERS
-    model.norm = lambda h, r: (h + r, h + r)
+    model.norm = stand_in_norm
     model.config = types.SimpleNamespace()
     model.aux_hidden_state_layers = ids
     embeds = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 1
-    with single_stage(deepseek):
+    with single_stage(module):
         output = model.forward(None, torch.zeros(2, dtype=torch.long), None, inputs_embeds=embeds)
+    return output, received
 
-    expected_states, hidden, residual = [], embeds, None
-    for index, layer in enumerate(layers):
-        if index in ids:
-            expected_states.append(hidden if residual is None else hidden + residual)
-        hidden, residual = layer(None, hidden, residual)
-    if NUM_LAYERS in ids:
-        expected_states.append(hidden + residual)
-    expected_hidden = hidden + residual
+
+def check_forward(module: types.ModuleType, model_class: str, ids: tuple[int, ...]) -> str:
+    import torch
+
+    output, received = run_forward(module, model_class, ids)
+    assert len(received) == NUM_LAYERS, f"{len(received)} of {NUM_LAYERS} layers ran"
+    final_hidden, final_residual = _last_layer_output(received[0])
+    expected_output = stand_in_norm(final_hidden, final_residual)[0]
     if not ids:
         assert isinstance(output, torch.Tensor), f"returned {type(output).__name__}, expected a tensor"
-        assert torch.equal(output, expected_hidden), "output differs from the unpatched computation"
+        assert torch.equal(output, expected_output), "output differs from the unpatched computation"
         return "returns the plain tensor, bit for bit"
     assert isinstance(output, tuple) and len(output) == 2, f"returned {type(output).__name__}, expected a pair"
     hidden_out, states = output
-    assert torch.equal(hidden_out, expected_hidden), "hidden states differ"
-    assert len(states) == len(expected_states), f"captured {len(states)} states, expected {len(expected_states)}"
-    for layer_id, got, want in zip(sorted(ids), states, expected_states):
+    assert torch.equal(hidden_out, expected_output), "hidden states differ"
+    expected = [received[i] if i < NUM_LAYERS else final_hidden + final_residual for i in sorted(ids)]
+    assert len(states) == len(expected), f"captured {len(states)} states, expected {len(expected)}"
+    for layer_id, got, want in zip(sorted(ids), states, expected):
         assert torch.equal(got, want), f"state for layer id {layer_id} differs"
     return f"captured {len(states)} states in layer order"
+
+
+def _last_layer_output(first_input: Any) -> tuple[Any, Any]:
+    """What the last stand-in layer returns when the first receives ``first_input`` and no residual."""
+    hidden, residual = first_input * 2, first_input
+    for index in range(1, NUM_LAYERS):
+        hidden, residual = hidden * (index + 2), residual + hidden
+    return hidden, residual
+
+
+def check_wrapper(wrapper: dict[str, Any]) -> str:
+    """A multimodal wrapper: the protocol, and both methods handed to its language model."""
+    module = importlib.import_module(wrapper["module"])
+    cls = getattr(module, wrapper["cls"])
+    calls: list[Any] = []
+    inner = types.SimpleNamespace(set_aux_hidden_state_layers=calls.append, get_eagle3_aux_hidden_state_layers=lambda: (7, 8, 9))
+    model = bare(cls)
+    setattr(model, attribute(wrapper["language_model"]), inner)
+    model.set_aux_hidden_state_layers((4, 5))
+    assert calls == [(4, 5)], "set_aux_hidden_state_layers not handed to the language model"
+    ids = tuple(model.get_eagle3_aux_hidden_state_layers())
+    assert ids == (7, 8, 9), f"get_eagle3_aux_hidden_state_layers returned {ids}, not the language model's"
+    try:
+        from vllm.model_executor.models.interfaces import supports_eagle3
+    except ImportError:
+        return "both methods delegate (this release has no SupportsEagle3 protocol)"
+    assert supports_eagle3(cls), f"supports_eagle3({cls.__name__}) is False"
+    return "supports_eagle3 and both methods delegate to the language model"
 
 
 def check_kimi_k25(expected_ids: tuple[int, ...] | None) -> str:
@@ -160,7 +239,7 @@ def check_kimi_k25(expected_ids: tuple[int, ...] | None) -> str:
         get_eagle3_aux_hidden_state_layers=lambda: (7, 8, 9),
         aux_hidden_state_layers=(),
         start_layer=0,
-        layers=[None] * 61,
+        layers=[None] * SERVED_LAYERS,
     )
     model = bare(wrapper)
     model.language_model = inner

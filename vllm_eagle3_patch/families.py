@@ -68,7 +68,16 @@ BAILING_MOE = Family(
     "Ling (Bailing MoE)", f"{MODELS}/bailing_moe.py", "BailingMoeModel", "BailingMoeForCausalLM", ("bailing_moe",)
 )
 
-FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE)
+MINIMAX_M2 = Family("MiniMax-M2", f"{MODELS}/minimax_m2.py", "MiniMaxM2Model", "MiniMaxM2ForCausalLM", ("minimax_m2",))
+LONGCAT_FLASH = Family(
+    "LongCat-Flash",
+    f"{MODELS}/longcat_flash.py",
+    "FlashModel",  # each FlashDecoderLayer holds two attention blocks but hands on (hidden_states, residual) as usual
+    "LongcatFlashForCausalLM",
+    ("longcat_flash",),
+)
+
+FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH)
 
 GATE_ONLY_MODEL_TYPES = ("phi3",)
 """Families whose model already implements EAGLE-3 (Phi-3 and Phi-4-mini inherit it from

@@ -18,7 +18,7 @@ class SpeculativeConfig:
             raise ValueError("Eagle3 is only supported for ...")
 '''
 
-FAMILIES = '"glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "phi3"'
+FAMILIES = '"glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "phi3"'
 """The families' model types, appended after DeepSeek's (see ``vllm_eagle3_patch.families``)."""
 
 LLAMA_ONLY = '''\

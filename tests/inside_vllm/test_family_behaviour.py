@@ -1,4 +1,4 @@
-"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling).
+"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling, MiniMax-M2, LongCat-Flash).
 
 The same spec as DeepSeek's (``test_eagle3_behaviour``), run on each family's real model
 class with stand-in layers: ``__init__`` starts with no ids; ``forward`` captures the input
@@ -54,6 +54,23 @@ FAMILIES = {
         "BailingMoeForCausalLM",
         ("bailing_moe",),
         Version("0.10.0"),
+    ),
+    "minimax_m2": FamilyUnderTest(
+        DecoderFile(f"{MODELS}.minimax_m2", "MiniMaxM2Model", "MiniMaxM2DecoderLayer"),
+        "MiniMaxM2ForCausalLM",
+        ("minimax_m2",),
+        Version("0.11.1"),
+    ),
+    "longcat_flash": FamilyUnderTest(
+        DecoderFile(
+            f"{MODELS}.longcat_flash",
+            "FlashModel",
+            "FlashDecoderLayer",
+            config=(("ffn_hidden_size", 128),),  # 0.11.x's FlashConfig requires a width
+        ),
+        "LongcatFlashForCausalLM",
+        ("longcat_flash",),
+        Version("0.11.0"),
     ),
     "gemma3": FamilyUnderTest(
         DecoderFile(f"{MODELS}.gemma3", "Gemma3Model", "Gemma3DecoderLayer", norm="GemmaRMSNorm"),

@@ -90,6 +90,8 @@ class DecoderEagle3:
         init, forward = method(model, "__init__"), method(model, "forward")
         new_model = replace_child(model, init, self.patch_init(init, tree))
         new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
+        if self.family.ids_on_the_class:
+            new_model = _declare_empty_ids(new_model, tree)
         tree = replace_child(tree, model, new_model)
         tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, tree))
         if self.protocol:
@@ -169,6 +171,20 @@ class WrapperEagle3:
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         return tree
+
+
+def _declare_empty_ids(model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
+    """``aux_hidden_state_layers: tuple[int, ...] = ()`` first in the class body (after its
+    docstring): what a subclass that never runs this ``__init__`` reads in ``forward``."""
+    (declared,) = statements("aux_hidden_state_layers: tuple[int, ...] = ()\n", tree)
+    body = list(model.body.body)
+    at = 1 if body and _is_docstring(body[0]) else 0
+    return model.with_changes(body=model.body.with_changes(body=[*body[:at], mark_line(declared), *body[at:]]))
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    small = sole_statement(statement)
+    return isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 # --------------------------------------------------------------------------- the loop

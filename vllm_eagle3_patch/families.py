@@ -39,6 +39,9 @@ class Family:
     decoder: str = "self.model"
     """Where ``causal_lm`` keeps its ``model`` instance."""
     wrapper: Optional[Wrapper] = None
+    ids_on_the_class: bool = False
+    """Also declare the empty ids on the model class, for subclasses in other files that run
+    its ``forward`` but skip its ``__init__`` (Qwen3.5's model and Qwen3-Next's)."""
     required: bool = False
     """A vLLM whose file cannot be patched is refused as a whole (DeepSeek, the tool's first
     purpose); otherwise the file is left alone and the other targets are still patched."""
@@ -76,8 +79,16 @@ LONGCAT_FLASH = Family(
     "LongcatFlashForCausalLM",
     ("longcat_flash",),
 )
+QWEN3_NEXT = Family(
+    "Qwen3-Next",
+    f"{MODELS}/qwen3_next.py",
+    "Qwen3NextModel",
+    "Qwen3NextForCausalLM",
+    (),  # the gate already accepts it: "qwen" is matched as a substring
+    ids_on_the_class=True,  # qwen3_5.py's Qwen3_5Model (0.17.x) skips Qwen3NextModel.__init__
+)
 
-FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH)
+FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH, QWEN3_NEXT)
 
 GATE_ONLY_MODEL_TYPES = ("phi3",)
 """Families whose model already implements EAGLE-3 (Phi-3 and Phi-4-mini inherit it from

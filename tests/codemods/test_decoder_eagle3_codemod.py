@@ -324,3 +324,15 @@ def test_the_wrapper_follows_its_language_model(model, state, reason):
     files = {} if model is None else {"model": model}
     verdict = WrapperTarget(TOY).examine(WRAPPER_SOURCE, reader(**files), Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize("docstring", ["", '    """The decoder."""\n'])
+def test_ids_declared_on_the_class_come_first_after_the_docstring(docstring: str) -> None:
+    """For families whose subclasses elsewhere skip the model's ``__init__`` (Qwen3-Next)."""
+    family = Family("Toy", TOY.path, "ToyModel", "ToyForCausalLM", ("toy",), ids_on_the_class=True)
+    code = source().replace("class ToyModel(nn.Module):\n\n", f"class ToyModel(nn.Module):\n{docstring}\n")
+    after = DecoderEagle3(family).transform_module(cst.parse_module(code)).code
+    declared = "    aux_hidden_state_layers: tuple[int, ...] = ()  # vllm-eagle3-patch\n"
+    assert f"class ToyModel(nn.Module):\n{docstring}{declared}\n    def __init__" in after
+    assert "self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch" in after
+    assert declared not in patch(code)  # only where the family asks for it

@@ -240,7 +240,7 @@ def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE, **extra: A
         model_config=model_config,
         cache_config=None,
         quant_config=None,
-        parallel_config=types.SimpleNamespace(enable_eplb=False),
+        parallel_config=types.SimpleNamespace(enable_eplb=False, eplb_config=types.SimpleNamespace(num_redundant_experts=0)),
         scheduler_config=types.SimpleNamespace(max_num_batched_tokens=NUM_TOKENS),
         compilation_config=no_compile_config(),
     )

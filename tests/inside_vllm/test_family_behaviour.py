@@ -34,6 +34,8 @@ class FamilyUnderTest:
     model_types: tuple[str, ...]
     first_release: Version
     """The first release shipping the file: before it the family is absent, not a failure."""
+    imports_on_cpu_from: Version | None = None
+    """Where later than ``first_release``: the first release whose module imports without Triton."""
 
 
 FAMILIES = {
@@ -72,6 +74,19 @@ FAMILIES = {
         ("longcat_flash",),
         Version("0.11.0"),
     ),
+    "qwen3_next": FamilyUnderTest(
+        DecoderFile(
+            f"{MODELS}.qwen3_next",
+            "Qwen3NextModel",
+            "Qwen3NextDecoderLayer",
+            norm="Qwen3NextRMSNorm",
+            config=(("layer_types", ["linear_attention", "full_attention"] * 32),),
+        ),
+        "Qwen3NextForCausalLM",
+        (),  # accepted as "qwen" by the release's own gate
+        Version("0.10.2"),
+        imports_on_cpu_from=Version("0.11.1"),
+    ),
     "gemma3": FamilyUnderTest(
         DecoderFile(f"{MODELS}.gemma3", "Gemma3Model", "Gemma3DecoderLayer", norm="GemmaRMSNorm"),
         "Gemma3ForCausalLM",
@@ -87,6 +102,11 @@ def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
     if importlib.util.find_spec(chosen.decoder.module) is None:
         assert VERSION < chosen.first_release, f"{chosen.decoder.module} missing from vLLM {VERSION}"
         pytest.skip(f"vLLM {VERSION} has no {chosen.decoder.module} (first shipped in {chosen.first_release})")
+    if chosen.imports_on_cpu_from and VERSION < chosen.imports_on_cpu_from:
+        pytest.skip(
+            f"vLLM {VERSION}'s {chosen.decoder.module} cannot be imported without Triton: it loads its FLA kernels "
+            "at import, and this release's Triton placeholder lacks triton.language.exp (AttributeError)"
+        )
     return chosen
 
 
@@ -195,6 +215,32 @@ def test_gemma3_multimodal_wrapper_delegates() -> None:
         assert_captured(stage.run(), stage, ref, (1, 8))
 
 
-@pytest.mark.parametrize("model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "phi3"])
+@pytest.mark.parametrize(
+    "model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "qwen3_next", "phi3"]
+)
 def test_gate_accepts_the_families(model_type: str) -> None:
     harness.run_speculative_gate(model_type)
+
+
+def test_a_subclass_that_skips_init_runs_the_patched_forward_unchanged() -> None:
+    """0.17.x's ``Qwen3_5Model`` inherits ``Qwen3NextModel.forward`` but skips its ``__init__``
+    (``super(Qwen3NextModel, self).__init__()``): it must find the ids the patch declares on
+    the class and decode exactly as before.  Stood in for by a subclass of the same shape:
+    ``qwen3_5.py`` itself imports transformers' Qwen2-VL video processor, which needs
+    torchvision, and PyPI's torchvision does not load beside this interpreter's CPU torch."""
+    qwen3_next = FAMILIES["qwen3_next"]
+    if importlib.util.find_spec(qwen3_next.decoder.module) is None or VERSION < qwen3_next.imports_on_cpu_from:
+        pytest.skip(f"vLLM {VERSION}: no importable {qwen3_next.decoder.module}")
+    model = getattr(importlib.import_module(qwen3_next.decoder.module), qwen3_next.decoder.model)
+
+    class SkipsInit(model):  # type: ignore[misc, valid-type]
+        def __init__(self, **kwargs: object) -> None:
+            built = model(**kwargs)
+            nn.Module.__init__(self)
+            self.__dict__.update((k, v) for k, v in vars(built).items() if k != "aux_hidden_state_layers")
+
+    with decoder_stage(qwen3_next.decoder, 8, model_class=SkipsInit) as stage:
+        assert "aux_hidden_state_layers" not in vars(stage.model)
+        ref = reference_forward(stage)
+        assert ref.output is not None
+        assert_same(stage.run(None), ref.output, "output")

@@ -379,6 +379,7 @@ FAMILY_CLASSES = (
     ("BailingMoeForCausalLM", "BailingMoeModel"),
     ("MiniMaxM2ForCausalLM", "MiniMaxM2Model"),
     ("LongcatFlashForCausalLM", "FlashModel"),
+    ("Qwen3NextForCausalLM", "Qwen3NextModel"),
 )
 """Every family 0.17.1 has: verify runs the same checks on each."""
 

@@ -108,6 +108,7 @@ def probe_families(plan: Plan) -> list[dict]:
         described.append(
             {
                 "module": module(family.path),
+                "required": family.required,
                 "model": family.model,
                 "causal_lm": family.causal_lm,
                 "decoder": family.decoder,

@@ -28,12 +28,20 @@ def main(argv: list[str]) -> dict[str, Any]:
     try:
         import torch  # noqa: F401
 
-        modules = {family["module"]: importlib.import_module(family["module"]) for family in families}
+        for family in families:
+            if family["required"]:
+                importlib.import_module(family["module"])
     except BaseException as error:  # noqa: BLE001 - any failure means "cannot import here"
         return {"importable": False, "error": f"{type(error).__name__}: {error}", "checks": []}
     checks: list[tuple[str, Callable[[], str]]] = []
     for family in families:
-        checks += family_checks(family, modules[family["module"]], expected_ids)
+        try:
+            module = importlib.import_module(family["module"])
+        except Exception as error:  # noqa: BLE001 - another family's import must not hide the rest
+            reason = f"not checked: {family['module']} cannot be imported in this interpreter ({type(error).__name__}: {error})"
+            checks.append((f"{family['model']} (not importable here)", lambda reason=reason: reason))
+            continue
+        checks += family_checks(family, module, expected_ids)
     checks.append(("Kimi-K2.5 wrapper supports EAGLE-3", lambda: check_kimi_k25(expected_ids)))
     return {"importable": True, "error": None, "checks": [run(name, check) for name, check in checks]}
 
@@ -119,9 +127,9 @@ class RecordingLayer:
     """Layer ``i``: ``(h * (i + 2), (residual or 0) + h)``, recording the state it was given.
 
     Families call their layers with different argument orders (``positions`` first or
-    ``hidden_states`` first, extra arguments after the residual): the hidden states are the
-    first floating-point tensor, the residual the next argument that is one or None (the
-    positions are integers).  What the model feeds the first layer (embeddings, scaled or
+    ``hidden_states`` first, extra arguments after the residual, or all by keyword): the
+    hidden states are the first floating-point tensor, the residual the next argument that is
+    one or None (the positions are integers).  What the model feeds the first layer (embeddings, scaled or
     not) is its own business: the captured states are compared with what each layer received.
     """
 
@@ -130,10 +138,13 @@ class RecordingLayer:
         self.received = received
 
     def __call__(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        floating = [a is None or (hasattr(a, "is_floating_point") and a.is_floating_point()) for a in args]
-        at = next(i for i, a in enumerate(args) if a is not None and floating[i])
-        hidden_states = args[at]
-        residual = next((a for i, a in enumerate(args) if i > at and floating[i]), kwargs.get("residual"))
+        if "hidden_states" in kwargs:  # called by keyword (Qwen3-Next)
+            hidden_states, residual = kwargs["hidden_states"], kwargs.get("residual")
+        else:
+            floating = [a is None or (hasattr(a, "is_floating_point") and a.is_floating_point()) for a in args]
+            at = next(i for i, a in enumerate(args) if a is not None and floating[i])
+            hidden_states = args[at]
+            residual = next((a for i, a in enumerate(args) if i > at and floating[i]), kwargs.get("residual"))
         self.received.append(hidden_states if residual is None else hidden_states + residual)
         new_residual = hidden_states if residual is None else residual + hidden_states
         return hidden_states * (self.index + 2), new_residual

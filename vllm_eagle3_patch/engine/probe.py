@@ -1,7 +1,8 @@
 """Run vLLM for real with a tiny target and (optionally) an EAGLE-3 drafter, once, and print
 what happened as one JSON line.  Executed as a script in the interpreter that has vLLM:
 
-    python probe.py build DIR          # tiny checkpoints and the transformers reference
+    python probe.py build DIR [--layers N] [--family MODEL_TYPE] [--ask-vllm]
+                                       # tiny checkpoints and the transformers reference
     python probe.py run CASE.json      # one engine run
 
 Each run is its own process: a vLLM engine is not meant to be built twice in one.  On a
@@ -27,29 +28,38 @@ KV_CACHE_GIB = "1"
 
 def main(argv: list[str]) -> dict[str, Any]:
     if len(argv) >= 2 and argv[0] == "build":
-        layers = int(argv[3]) if len(argv) > 3 and argv[2] == "--layers" else None
-        return build(Path(argv[1]), layers, ask_vllm="--ask-vllm" in argv)
+        layers = _option(argv, "--layers")
+        family = _option(argv, "--family") or "deepseek_v3"
+        return build(Path(argv[1]), int(layers) if layers else None, ask_vllm="--ask-vllm" in argv, family=family)
     if len(argv) == 2 and argv[0] == "run":
         return run(json.loads(Path(argv[1]).read_text()))
-    raise SystemExit("usage: probe.py build DIR [--layers N] [--ask-vllm] | probe.py run CASE.json")
+    raise SystemExit("usage: probe.py build DIR [--layers N] [--family MODEL_TYPE] [--ask-vllm] | probe.py run CASE.json")
 
 
-def build(directory: Path, layers: int | None = None, ask_vllm: bool = False) -> dict[str, Any]:
+def _option(argv: list[str], name: str) -> str | None:
+    """The value after ``name`` in ``argv``, if given."""
+    return argv[argv.index(name) + 1] if name in argv[:-1] else None
+
+
+def build(directory: Path, layers: int | None = None, ask_vllm: bool = False, family: str = "deepseek_v3") -> dict[str, Any]:
     """Checkpoints for one ``default`` id set (and ``edges``: 0, n // 2 and n, unless ``ask_vllm``).
 
     ``ask_vllm``: the default set is what the installed ``DeepseekV2ForCausalLM`` returns for
     a model of this depth, so the check follows whatever the installed patch chooses.
+    ``family``: the target's ``model_type`` (``tiny_models.TARGETS``).
     """
     import tiny_models
 
+    if ask_vllm and family != "deepseek_v3":
+        raise SystemExit("--ask-vllm asks vLLM's DeepseekV2ForCausalLM: it names DeepSeek-V3's ids only")
     n = layers or tiny_models.LAYERS
     asked = _ids_from_vllm(n) if ask_vllm else None
     sets: dict[str, tuple[int, ...]] = {"default": asked or (2, n // 2, n - 3)}
     if not ask_vllm:
         sets["edges"] = (0, n // 2, n)
-    summary = tiny_models.build_all(directory, sets, num_layers=n)
+    summary = tiny_models.build_all(directory, sets, num_layers=n, family=family)
     (directory / "reference.json").write_text(json.dumps(summary))
-    return {"built": str(directory), "num_layers": n, "sets": {k: list(v) for k, v in sets.items()}}
+    return {"built": str(directory), "family": family, "num_layers": n, "sets": {k: list(v) for k, v in sets.items()}}
 
 
 def _ids_from_vllm(num_layers: int) -> tuple[int, ...] | None:

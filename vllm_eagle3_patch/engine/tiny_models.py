@@ -1,10 +1,11 @@
-"""Tiny random-weight checkpoints for an end-to-end EAGLE-3 run: a DeepSeek-V3 target, a
-locally built tokenizer, and EAGLE-3 drafters whose proposals depend on the aux states.
+"""Tiny random-weight checkpoints for an end-to-end EAGLE-3 run: a target (DeepSeek-V3 by
+default, or another family of ``TARGETS``), a locally built tokenizer, and EAGLE-3 drafters
+whose proposals depend on the aux states.
 
 Runs in the target interpreter (torch, transformers and safetensors come with vLLM); it
-needs no network and no downloaded weights.  Hugging Face transformers' own
-``DeepseekV3ForCausalLM`` builds the target and is the numeric reference: its greedy
-tokens and its hidden states are what vLLM must reproduce.
+needs no network and no downloaded weights.  Hugging Face transformers' own model class
+(``DeepseekV3ForCausalLM``, ``Gemma3ForCausalLM``, ...) builds the target and is the
+numeric reference: its greedy tokens and its hidden states are what vLLM must reproduce.
 
 How a drafter can prove the right layers arrive: its attention and MLP write nothing
 (zero output projections), so its logits are ``lm_head(norm(fc(aux states)))`` and the
@@ -20,6 +21,7 @@ produces on the reference prompts (checked when building).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -33,39 +35,100 @@ LOGIT_MARGIN = 8.0
 """The solved drafter gives the wanted token this much more logit than any other."""
 
 
-def target_config(num_layers: int = LAYERS) -> Any:
-    from transformers import DeepseekV3Config
+@dataclass(frozen=True)
+class TinyTarget:
+    """How transformers builds a tiny target of one family: its classes and what its config differs in."""
 
-    return DeepseekV3Config(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        moe_intermediate_size=32,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        q_lora_rank=32,
-        kv_lora_rank=32,
-        qk_rope_head_dim=16,
-        qk_nope_head_dim=16,
-        v_head_dim=16,
-        head_dim=16,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        n_shared_experts=1,
-        n_group=1,
-        topk_group=1,
-        first_k_dense_replace=1,
-        routed_scaling_factor=1.0,
-        topk_method="noaux_tc",  # what transformers' router does; vLLM reads these two
-        scoring_func="sigmoid",
-        max_position_embeddings=256,
-        initializer_range=0.2,
-        bos_token_id=0,
-        eos_token_id=1,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
-    )
+    model_class: str
+    config_class: str
+    config: dict[str, Any]
+    wrappers: tuple[str, ...] = ()
+    """Other checkpoints made from this target's weights (names in ``WRAPPERS``)."""
+
+
+COMMON_CONFIG: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": HIDDEN,
+    "max_position_embeddings": 256,
+    "initializer_range": 0.2,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "torch_dtype": "float32",
+}
+TARGETS: dict[str, TinyTarget] = {
+    "deepseek_v3": TinyTarget(
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3Config",
+        {
+            "intermediate_size": 128,
+            "moe_intermediate_size": 32,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "q_lora_rank": 32,
+            "kv_lora_rank": 32,
+            "qk_rope_head_dim": 16,
+            "qk_nope_head_dim": 16,
+            "v_head_dim": 16,
+            "head_dim": 16,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_shared_experts": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 1,
+            "routed_scaling_factor": 1.0,
+            "topk_method": "noaux_tc",  # what transformers' router does; vLLM reads these two
+            "scoring_func": "sigmoid",
+            "tie_word_embeddings": False,
+        },
+        wrappers=("kimi-k25",),
+    ),
+    "glm4_moe": TinyTarget(
+        "Glm4MoeForCausalLM",
+        "Glm4MoeConfig",
+        {
+            "intermediate_size": 128,
+            "moe_intermediate_size": 32,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,  # CPU attention needs head_dim >= 32
+            "partial_rotary_factor": 0.5,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "n_shared_experts": 1,
+            "first_k_dense_replace": 1,
+            "norm_topk_prob": True,
+            "use_qk_norm": True,
+            "attention_bias": True,
+            "tie_word_embeddings": False,
+        },
+    ),
+    "gemma3_text": TinyTarget(
+        "Gemma3ForCausalLM",
+        "Gemma3TextConfig",
+        {
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "query_pre_attn_scalar": 32,
+            "sliding_window": 8,  # shorter than the sequences: the local layers' window matters
+            "tie_word_embeddings": True,  # vLLM's Gemma 3 always reads the embedding as lm_head
+            "pad_token_id": 2,  # <unk>: Gemma's default, 0, is this tokenizer's <s>
+            # the scaled embedding outweighs the layers at 0.2: the target would repeat its last token
+            "initializer_range": 0.02,
+        },
+    ),
+}
+"""The families a tiny target can be built for, by ``model_type``."""
+
+
+def target_config(num_layers: int = LAYERS, family: str = "deepseek_v3") -> Any:
+    import transformers
+
+    tiny = TARGETS[family]
+    config_class = getattr(transformers, tiny.config_class)
+    return config_class(**{**COMMON_CONFIG, **tiny.config}, num_hidden_layers=num_layers)
 
 
 def build_tokenizer(directory: Path) -> None:
@@ -80,13 +143,14 @@ def build_tokenizer(directory: Path) -> None:
     wrapped.save_pretrained(directory)
 
 
-def build_target(directory: Path, num_layers: int = LAYERS, seed: int = 0) -> Any:
-    """Random DeepSeek-V3 weights saved as safetensors, with the tokenizer beside them."""
+def build_target(directory: Path, num_layers: int = LAYERS, seed: int = 0, family: str = "deepseek_v3") -> Any:
+    """Random weights of ``family`` saved as safetensors, with the tokenizer beside them."""
     import torch
-    from transformers import DeepseekV3ForCausalLM
+    import transformers
 
     torch.manual_seed(seed)
-    model = DeepseekV3ForCausalLM(target_config(num_layers)).float().eval()
+    model_class = getattr(transformers, TARGETS[family].model_class)
+    model = model_class(target_config(num_layers, family)).float().eval()
     model.save_pretrained(directory, safe_serialization=True)
     build_tokenizer(directory)
     return model
@@ -143,6 +207,9 @@ class TextOnlyMediaProcessor(BaseImageProcessor):
     def preprocess(self, *args, **kwargs):
         raise NotImplementedError("this tiny checkpoint takes text only")
 '''
+
+
+WRAPPERS = {"kimi-k25": build_kimi_k25}
 
 
 def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:
@@ -271,16 +338,21 @@ def save_drafter(directory: Path, solved: dict[str, Any], layer_ids: Sequence[in
     (directory / "config.json").write_text(json.dumps(config, indent=2))
 
 
-def build_all(directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int = LAYERS) -> dict[str, Any]:
+def build_all(
+    directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int = LAYERS, family: str = "deepseek_v3"
+) -> dict[str, Any]:
     """The target, and for each named id set a state-dependent and a blind drafter.
 
     ``layer_id_sets``: ``{"default": (2, 4, 5), "edges": (0, 4, 8)}``.  The drafter of a set
     named ``default`` carries no ids (the target chooses); the others carry theirs, and a
     copy ``-without-ids`` does not: fed the default layers, it must get nothing accepted.
     """
-    model = build_target(directory / "target", num_layers)
-    build_kimi_k25(directory / "kimi-k25", directory / "target")
-    summary: dict[str, Any] = {"target": str(directory / "target"), "num_layers": num_layers, "prompts": PROMPTS, "sets": {}}
+    model = build_target(directory / "target", num_layers, family=family)
+    for wrapper in TARGETS[family].wrappers:
+        WRAPPERS[wrapper](directory / wrapper, directory / "target")
+    summary: dict[str, Any] = {
+        "target": str(directory / "target"), "family": family, "num_layers": num_layers, "prompts": PROMPTS, "sets": {}
+    }
     for name, ids in layer_id_sets.items():
         data = reference(model, ids)
         for sequence in data["trajectories"]:

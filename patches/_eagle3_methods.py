@@ -1,27 +1,33 @@
 """The two ``SupportsEagle3`` methods, written for whichever attribute holds the decoder.
 
-Shared by the DeepSeek-V2 model (``self.model``) and the Kimi-K2.5 wrapper of 0.15.x, whose
-``self.language_model`` is a bare ``DeepseekV2Model``.  Modules whose name starts with an
-underscore are helpers, not targets.
+Shared by the DeepSeek-V2 model (``self.model``), the families' causal LMs and the Kimi-K2.5
+wrapper of 0.15.x, whose ``self.language_model`` is a bare ``DeepseekV2Model``.  The getter's
+name is the one the release's runner asks for: :data:`GETTER` up to 0.17.x,
+:data:`DEFAULT_GETTER` from 0.18.0 (where ``SupportsEagle3`` builds on ``EagleModelMixin``).
+Modules whose name starts with an underscore are helpers, not targets.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from vllm_eagle3_patch.codemod import EAGLE3_GETTERS
 from vllm_eagle3_patch.layer_ids import SMALLEST_DISTINCT_DEFAULT
 
+GETTER, DEFAULT_GETTER = EAGLE3_GETTERS
+"""The getter's name up to 0.17.x, and from 0.18.0 (see ``_release_interface``)."""
 
-def eagle3_methods(decoder: str, aux_layers: Optional[tuple[int, ...]]) -> str:
-    """Source of ``set_aux_hidden_state_layers`` and ``get_eagle3_aux_hidden_state_layers``.
+
+def eagle3_methods(decoder: str, aux_layers: Optional[tuple[int, ...]], getter: str = GETTER) -> str:
+    """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
 
     ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
     ``aux_layers`` the getter returns those ids and checks them against the layer count,
     which is only known once the model is built.  The default is
     ``layer_ids.patched_default``, written out.
     """
-    getter = default_getter(decoder) if aux_layers is None else fixed_getter(decoder, aux_layers)
-    return pipeline_checked_setter(decoder) + getter
+    written = default_getter(decoder, getter) if aux_layers is None else fixed_getter(decoder, aux_layers, getter)
+    return pipeline_checked_setter(decoder) + written
 
 
 def pipeline_checked_setter(decoder: str) -> str:
@@ -49,9 +55,9 @@ def pipeline_checked_setter(decoder: str) -> str:
     )
 
 
-def default_getter(decoder: str) -> str:
+def default_getter(decoder: str, getter: str = GETTER) -> str:
     return (
-        "def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n"
+        f"def {getter}(self) -> tuple[int, ...]:\n"
         f"    num_layers = len({decoder}.layers)\n"
         f"    if num_layers >= {SMALLEST_DISTINCT_DEFAULT}:\n"
         "        return (2, num_layers // 2, num_layers - 3)\n"
@@ -64,9 +70,9 @@ def default_getter(decoder: str) -> str:
     )
 
 
-def fixed_getter(decoder: str, aux_layers: tuple[int, ...]) -> str:
+def fixed_getter(decoder: str, aux_layers: tuple[int, ...], getter: str = GETTER) -> str:
     return (
-        "def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n"
+        f"def {getter}(self) -> tuple[int, ...]:\n"
         f"    layers = {tuple(aux_layers)!r}  # vllm-eagle3-patch apply --aux-layers\n"
         f"    num_layers = len({decoder}.layers)\n"
         "    if any(not 0 <= layer <= num_layers for layer in layers):\n"
@@ -78,11 +84,11 @@ def fixed_getter(decoder: str, aux_layers: tuple[int, ...]) -> str:
     )
 
 
-def delegating_methods(inner: str) -> str:
+def delegating_methods(inner: str, getter: str = GETTER) -> str:
     """Both methods handed on to ``inner``, a model that implements them itself."""
     return (
         "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
         f"    {inner}.set_aux_hidden_state_layers(layers)\n"
-        "def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:\n"
-        f"    return {inner}.get_eagle3_aux_hidden_state_layers()\n"
+        f"def {getter}(self) -> tuple[int, ...]:\n"
+        f"    return {inner}.{getter}()\n"
     )

@@ -1,18 +1,18 @@
 """The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family, Kimi-K2 and the other families.
 
-Until 0.18.0, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
+Until 0.21.x, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
 ("Eagle3 is only supported for ... models", "eagle3 is only supported for ...").  The gate
 lives in ``SpeculativeConfig``, in a different file per release, in one of two shapes:
 
-- 0.10.1-0.17.1 (``config/__init__.py``, then ``config/speculative.py``): a list
+- 0.10.1-0.21.x (``config/__init__.py``, then ``config/speculative.py``): a list
   ``eagle3_target_supported = [...]`` (``aux_hidden_states_supported`` from 0.17.0)
-  matched by substring; the missing model types are appended.
+  matched by substring; the model types it does not accept yet are appended.
 - 0.8.5-0.10.0 (``config.py``): ``"llama" not in <model_type>``; the comparison becomes
   ``not any(supported in <model_type> for supported in ("llama", ...))``.
 
-0.18.0 lists the DeepSeek types itself (native: the families' files are left alone there,
-see ``patches/_decoder_eagle3.py``); later releases dropped the whitelist.  The families'
-types come from :mod:`vllm_eagle3_patch.families`.
+0.18.0-0.21.x list the DeepSeek types themselves but none of the families' (nor ``phi3``),
+so their whitelist is widened too; from 0.22.0 there is no whitelist, only
+``supports_eagle3`` (native).  The families' types come from :mod:`vllm_eagle3_patch.families`.
 
 Everything the gate accepted before is still accepted.
 """
@@ -39,15 +39,13 @@ from vllm_eagle3_patch.cst_tools import (
     sole_statement,
     top_level_class,
 )
-from vllm_eagle3_patch.families import DEEPSEEK_V2, gated_model_types
+from vllm_eagle3_patch.families import gated_model_types
 from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
 
 CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
 WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
 """The whitelist's name: the first until 0.16.0, the second from 0.17.0 (EAGLE-3 and hidden-state extraction)."""
 GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
-DEEPSEEK_TYPES = DEEPSEEK_V2.model_types
-"""What upstream's own whitelist accepts from 0.18.0: there the gate is native."""
 MODEL_TYPES = gated_model_types()
 """Every type the patched gate accepts besides the release's own: DeepSeek's first, then the families'."""
 CONFIG = "SpeculativeConfig"
@@ -79,6 +77,12 @@ def _whitelists(config: cst.ClassDef) -> list[cst.SimpleStatementLine]:
     return find_statements(config, cst.SimpleStatementLine, _is_whitelist)
 
 
+def _not_accepted(line: cst.SimpleStatementLine) -> list[str]:
+    """The :data:`MODEL_TYPES` the whitelist on ``line`` rejects (its entries match by substring)."""
+    listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
+    return [t for t in MODEL_TYPES if not any(entry in t for entry in listed)]
+
+
 class SpeculativeGate:
     """Add :data:`MODEL_TYPES` to whichever EAGLE-3 target gate ``SpeculativeConfig`` has."""
 
@@ -95,8 +99,7 @@ class SpeculativeGate:
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         assign: cst.Assign = line.body[0]  # type: ignore[assignment]
         listed: cst.List = assign.value  # type: ignore[assignment]
-        present = {e.value.evaluated_value for e in listed.elements if isinstance(e.value, cst.SimpleString)}
-        new = [cst.Element(cst.SimpleString(f'"{t}"')) for t in MODEL_TYPES if t not in present]
+        new = [cst.Element(cst.SimpleString(f'"{t}"')) for t in _not_accepted(line)]
         extended = listed.with_changes(elements=append_items(listed.elements, new))
         return mark_line(line.with_deep_changes(assign, value=extended))
 
@@ -113,9 +116,8 @@ def _native(module: cst.Module, source: str) -> Optional[str]:
     if "eagle3" in source and not any(sign in source for sign in GATE_SIGNS):
         return "no EAGLE-3 target whitelist in this release"
     for line in _whitelists(top_level_class(module, CONFIG)):
-        listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
-        if all(any(entry in model_type for entry in listed) for model_type in DEEPSEEK_TYPES):
-            return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3 and Kimi-K2 (upstream support)"
+        if not _not_accepted(line):
+            return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3, Kimi-K2 and every family's model type"
     return None
 
 

@@ -134,8 +134,14 @@ def legacy_python() -> Path:
     return environments.legacy_python()
 
 
-def run_inside(python: Path, package_dir: Path, *pytest_args: str) -> subprocess.CompletedProcess:
-    """Run the inner suite (tests/inside_vllm) against the vLLM tree holding ``package_dir``."""
+@pytest.fixture(scope="session")
+def modern_python() -> Path:
+    """The same for the newest releases, which need transformers 5."""
+    return environments.modern_python()
+
+
+def run_inside(python: Path, package_dir: Path, *pytest_args: str, suite: str = "") -> subprocess.CompletedProcess:
+    """Run the inner suite (tests/inside_vllm, or its file ``suite``) against the vLLM tree holding ``package_dir``."""
     env = {
         **os.environ,
         "PYTHONPATH": str(package_dir.parent),
@@ -143,7 +149,7 @@ def run_inside(python: Path, package_dir: Path, *pytest_args: str) -> subprocess
         "VLLM_TARGET_DEVICE": "cpu",
     }
     return subprocess.run(
-        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TESTS / "inside_vllm"), *pytest_args],
+        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TESTS / "inside_vllm" / suite), *pytest_args],
         capture_output=True,
         text=True,
         env=env,

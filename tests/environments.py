@@ -17,6 +17,7 @@ import wheel_corpus
 TESTS = Path(__file__).parent
 CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
 LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
+MODERN_REQUIREMENTS = TESTS / "requirements-vllm-modern.txt"
 TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
 ENGINE_REQUIREMENTS = {
     "2.9.1": TESTS / "engine" / "requirements-torch-2.9.txt",
@@ -33,6 +34,11 @@ def cpu_python() -> Path:
 def legacy_python() -> Path:
     """The same for 0.8.5-0.10.0, which need transformers 4.53.3."""
     return _build_venv("vllm-legacy", _requirements(LEGACY_REQUIREMENTS))
+
+
+def modern_python() -> Path:
+    """The same for the newest releases (0.24.0 and later refuse transformers 4)."""
+    return _build_venv("vllm-modern", _requirements(MODERN_REQUIREMENTS))
 
 
 def engine_python(torch_version: str) -> Path:

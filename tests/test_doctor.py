@@ -246,3 +246,16 @@ def test_bad_drafter_config_is_one_line_exit_1(release, tmp_path):
     assert completed.returncode == 1 and completed.stderr.count("\n") == 1 and "config.json: not valid JSON" in completed.stderr
     assert run_cli("doctor", "--help").returncode == 0
     assert run_cli("doctor").returncode == 2
+
+
+def test_deepseek_is_judged_by_its_own_file_where_only_the_families_need_the_patch(release, checkpoints):
+    """0.18.0+: DeepSeek is native while the other families' files are unpatched; a DeepSeek
+    target needs no apply there, and captures upstream's default."""
+    package_dir = release("0.18.0")
+    drafter, target = checkpoints(LLAMA_DRAFTER)
+    report = doctor(package_dir, drafter, target)
+    assert report["state"] == "unpatched"
+    vllm = finding(report, "vLLM")
+    assert vllm["verdict"] == "ok" and "unpatched" in vllm["detail"] and not vllm["fix"], vllm
+    assert finding(report, "layers")["verdict"] == "ok" and report["captured"] == [2, 30, 58]
+    assert "own default" in finding(report, "layers")["detail"]

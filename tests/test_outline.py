@@ -130,4 +130,4 @@ def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_fr
         assert (outlined.state, outlined.reason) == (parsed_whole.state, parsed_whole.reason), f"{version} {path}"
         assert outlined.patched == parsed_whole.patched, f"{version} {path}: patched text differs"
         compared += outlined.state is State.UNPATCHED
-    assert compared or version in ("0.18.0", "0.30.0", "0.8.4")
+    assert compared or version == "0.8.4"

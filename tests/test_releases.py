@@ -7,7 +7,9 @@ import json
 import pytest
 
 from conftest import record_mismatches, run_cli, run_inside, tree_digest
-from wheel_corpus import NATIVE, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
+from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
+
+from vllm_eagle3_patch.families import FAMILIES
 
 
 def status(package_dir) -> dict:
@@ -65,15 +67,59 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 
-@pytest.mark.parametrize("version", NATIVE)
-def test_native_releases_are_left_alone(version, release):
+FAMILY_FILES = {f.path for f in FAMILIES if not f.required} | {f.wrapper.path for f in FAMILIES if f.wrapper}
+NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
+WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
+FAMILY_RELEASES = [
+    pytest.param("0.18.0", "cpu_python", (), id="0.18.0"),
+    *(pytest.param(v, None, (), id=v) for v in FAMILIES_ONLY if v not in ("0.18.0", "0.33.0")),
+    # transformers 5's Gemma 3 image processor needs torchvision, which has no CPU-torch build here
+    pytest.param("0.33.0", "modern_python", ("--deselect", WRAPPER_TEST), id="0.33.0"),
+]
+
+
+@pytest.mark.parametrize(("version", "interpreter", "inner_args"), FAMILY_RELEASES)
+def test_families_on_releases_with_native_deepseek(version, interpreter, inner_args, release, request):
+    """0.18.0 and later: DeepSeek's files are native and keep their bytes; the families' files (and
+    the gate where it still has a whitelist) are patched and behave (the inner suite's family tests,
+    in the releases chosen for it: the first and the newest), apply again changes nothing, revert
+    gives back the wheel's bytes."""
     package_dir = release(version)
-    untouched = tree_digest(package_dir.parent)
-    assert status(package_dir)["state"] == "native"
+    before = status(package_dir)
+    targets = {t["file"]: t["state"] for t in before["targets"]}
+    assert before["state"] == "unpatched" and "DeepSeek-V2/V3 itself" in before["reason"], before
+    assert {f for f, s in targets.items() if s == "native"} - {"config/speculative.py"} == NATIVE_FILES
+    assert {f: targets[f] for f in FAMILY_FILES} == dict.fromkeys(FAMILY_FILES, "unpatched")
+    native_bytes = {f: (package_dir / f).read_bytes() for f in targets if targets[f] == "native"}
+
     applied = run_cli("--vllm-dir", str(package_dir), "apply")
-    assert applied.returncode == 0 and "natively" in applied.stdout
-    assert run_cli("--vllm-dir", str(package_dir), "diff").stdout == ""
-    assert tree_digest(package_dir.parent) == untouched
+    assert applied.returncode == 0, applied.stderr
+    after = status(package_dir)
+    assert after["state"] == "patched", after
+    assert {t["file"] for t in after["targets"] if t["state"] == "patched"} == {f for f, s in targets.items() if s == "unpatched"}
+    assert {f: (package_dir / f).read_bytes() for f in native_bytes} == native_bytes
+    for path in FAMILY_FILES:
+        text = (package_dir / path).read_text()
+        compile(text, path, "exec")
+        assert "def get_eagle3_default_aux_hidden_state_layers(self)" in text and "def get_eagle3_aux_hidden_state_layers" not in text
+
+    if interpreter is not None:
+        inner = run_inside(request.getfixturevalue(interpreter), package_dir, *inner_args, suite="test_family_behaviour.py")
+        assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]
+
+    patched_tree = tree_digest(package_dir)
+    again = run_cli("--vllm-dir", str(package_dir), "apply")
+    assert again.returncode == 0 and "already patched" in again.stdout
+    assert tree_digest(package_dir) == patched_tree
+    assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
+    assert status(package_dir)["state"] == "unpatched"
+
+
+def test_the_unpatched_newest_release_fails_the_family_tests(release, modern_python):
+    """The family tests bite on the newest release too: unpatched, they must fail."""
+    inner = run_inside(modern_python, release(FAMILIES_ONLY[-1]), "--deselect", WRAPPER_TEST, suite="test_family_behaviour.py")
+    assert inner.returncode == 1, inner.stdout[-3000:]
 
 
 @pytest.mark.parametrize("version", UNSUPPORTED)

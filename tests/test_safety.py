@@ -185,16 +185,17 @@ def test_mode_line_endings_and_symlinked_package_dir(release, tmp_path):
     assert target.read_bytes() == crlf
 
 
-def test_nothing_is_written_outside_the_package_and_the_state_dir(release):
-    package_dir = release("0.17.1")
-    outside = tree_digest(package_dir.parent / "vllm-0.17.1.dist-info")
+@pytest.mark.parametrize("version", ["0.17.1", "0.33.0"])  # 0.33.0: DeepSeek's files native, only the families' change
+def test_nothing_is_written_outside_the_package_and_the_state_dir(release, version):
+    package_dir = release(version)
+    outside = tree_digest(package_dir.parent / f"vllm-{version}.dist-info")
     before = tree_digest(package_dir)
     assert cli(package_dir, "apply").returncode == 0
     after = tree_digest(package_dir)
     changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
     targets = {t["file"] for t in state(package_dir)["targets"] if t["state"] == "patched"}
     assert {p for p in changed if not p.startswith(".vllm-eagle3-patch/")} == targets
-    assert tree_digest(package_dir.parent / "vllm-0.17.1.dist-info") == outside
+    assert tree_digest(package_dir.parent / f"vllm-{version}.dist-info") == outside
 
 
 def test_a_backup_that_no_longer_matches_is_never_restored(release):

@@ -21,6 +21,9 @@ class ModuleCodemod(Protocol):
         """The patched module; raises :class:`Unrecognised` where the expected structure is missing."""
 
 
+EAGLE3_GETTERS = ("get_eagle3_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
+"""The default aux layer ids' getter, by the name the runner asks for: up to 0.17.x, from 0.18.0."""
+
 NativeCheck = Callable[["cst.Module"], Optional[str]]
 """Returns why the module already does the job itself, or None."""
 
@@ -56,7 +59,8 @@ def judge(
 
 
 def implements_eagle3(module: cst.Module, class_name: str) -> Optional[str]:
-    """Native when the class already has the getter upstream added in 0.18.0."""
-    if has_method(top_level_class(module, class_name), "get_eagle3_aux_hidden_state_layers"):
+    """Native when the class already has a getter of the default ids (upstream's, 0.18.0 on)."""
+    cls = top_level_class(module, class_name)
+    if any(has_method(cls, getter) for getter in EAGLE3_GETTERS):
         return f"{class_name} already implements EAGLE-3 (upstream support)"
     return None

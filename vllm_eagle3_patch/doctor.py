@@ -27,7 +27,7 @@ from .drafter import (
     tensor_shapes,
 )
 from .layer_ids import FIELD
-from .plan import Plan
+from .plan import Plan, deepseek_native
 from .release_facts import REGISTRY, Lookup, ReleaseFacts, read_release
 from .target import State
 
@@ -126,12 +126,18 @@ def diagnose(plan: Plan, drafter: Path, target: Optional[Path], command: str) ->
 # --------------------------------------------------------------------------- the release
 
 
+def deepseek_state(plan: Plan) -> State:
+    """The state that matters to a DeepSeek-family target: native where vLLM's DeepSeek model is
+    (0.18.0+, where only the other families' files may be unpatched), else the whole plan's."""
+    return State.NATIVE if deepseek_native(plan.files) else plan.state
+
+
 def release_finding(context: Context) -> Finding:
-    plan, command = context.plan, context.command
+    plan, command, state = context.plan, context.command, deepseek_state(context.plan)
     where = f"vLLM {context.version} ({plan.state.value})"
-    if plan.state in (State.PATCHED, State.NATIVE):
+    if state in (State.PATCHED, State.NATIVE):
         return Finding("vLLM", Verdict.OK, f"{where}: DeepSeek-family targets have EAGLE-3")
-    if plan.state is State.UNPATCHED:
+    if state is State.UNPATCHED:
         verdict = Verdict.NOTE if context.deepseek_target is False else Verdict.PROBLEM
         detail = f"{where}: a DeepSeek-family target is refused (speculative gate, or no SupportsEagle3)"
         return Finding("vLLM", verdict, detail, f"{command} apply")
@@ -259,7 +265,7 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
         return None, "needs the target's num_hidden_layers"
     if context.deepseek_target is False:
         return None, "the target is not DeepSeek-family: its own model class chooses"
-    if plan.state is State.NATIVE:
+    if deepseek_state(plan) is State.NATIVE:
         return layer_ids.upstream_default(n), "vLLM's own default (2, n // 2, n - 3)"
     if plan.state is State.PATCHED and plan.options.aux_layers is not None:
         return plan.options.aux_layers, "baked in by apply --aux-layers"

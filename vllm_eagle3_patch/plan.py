@@ -10,10 +10,11 @@ import pkgutil
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from . import __version__
 from .errors import ToolError
+from .families import DEEPSEEK_V2
 from .locate import VllmInstall
 from .manifest import FileRecord, Manifest, StateDir, sha256
 from .record import Check, Comparison, compare_with_record
@@ -257,6 +258,11 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
     return state, reason
 
 
+def deepseek_native(files: Iterable[FilePlan]) -> bool:
+    """Whether the release's DeepSeek-V2/V3 model has EAGLE-3 itself (0.18.0+), whatever the families' files say."""
+    return any(f.path == DEEPSEEK_V2.path and f.state is State.NATIVE for f in files)
+
+
 def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
     for state in _PRECEDENCE:
         matching = [f for f in files if f.state is state]
@@ -264,9 +270,13 @@ def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
             continue
         if state in (State.UNSUPPORTED, State.MODIFIED):
             return state, f"{matching[0].path}: {matching[0].reason}"
+        native = "this vLLM supports EAGLE-3 for DeepSeek-V2/V3 itself"
+        if state is State.NATIVE:
+            return state, native
+        if deepseek_native(files):  # 0.18.0+: only the other families' files have work
+            done = f"applied by vllm-eagle3-patch {__version__}" if state is State.PATCHED else "can be applied"
+            return state, f"{native}; EAGLE-3 for the other model families {done}"
         if state is State.UNPATCHED:
             return state, "EAGLE-3 for DeepSeek-V2/V3 can be applied"
-        if state is State.PATCHED:
-            return state, f"EAGLE-3 for DeepSeek-V2/V3 applied by vllm-eagle3-patch {__version__}"
-        return state, "this vLLM supports EAGLE-3 for DeepSeek-V2/V3 itself"
+        return state, f"EAGLE-3 for DeepSeek-V2/V3 applied by vllm-eagle3-patch {__version__}"
     raise ToolError("no target files")

@@ -8,7 +8,7 @@ from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.families import Family, Wrapper
-from vllm_eagle3_patch.patches._eagle3_methods import eagle3_methods
+from vllm_eagle3_patch.patches._eagle3_methods import DEFAULT_GETTER, GETTER, eagle3_methods
 from vllm_eagle3_patch.patches._decoder_eagle3 import DecoderEagle3, DecoderTarget, WrapperEagle3, WrapperTarget
 from vllm_eagle3_patch.target import Options, State
 
@@ -224,6 +224,8 @@ REFUSED = [
 ]
 
 RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"
+MIXIN_RUNNER = f"layers = model.{DEFAULT_GETTER}()\n{RUNNER_WITH_EAGLE3}"
+"""A runner shaped like 0.18.0's and later: it asks SupportsEagle3's default ids by their new name."""
 INTERFACES_WITH_PROTOCOL = "class SupportsEagle3(Protocol):\n    pass\n"
 
 
@@ -249,12 +251,7 @@ def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
         (source(), reader(), State.UNPATCHED, "patchable"),
         (patch(source()), reader(), State.PATCHED, "carries"),
         (source(), reader(runner="nothing here"), State.UNSUPPORTED, "no EAGLE-3"),
-        (
-            source(),
-            reader(runner=RUNNER_WITH_EAGLE3 + "\nmodel.get_eagle3_default_aux_hidden_state_layers()"),
-            State.UNSUPPORTED,
-            "EagleModelMixin",
-        ),
+        (source(), reader(runner=MIXIN_RUNNER), State.UNPATCHED, "patchable"),
         (source(bases="nn.Module, SupportsPP, SupportsEagle3"), reader(), State.NATIVE, "already implements"),
         (source().replace("class ToyModel(nn.Module)", "class ToyModel(nn.Module, EagleModelMixin)"), reader(), State.NATIVE, "ToyModel"),
         (
@@ -263,12 +260,32 @@ def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
             State.NATIVE,
             "already implements",
         ),
+        (
+            source().replace("        return self.model(x)\n", f"        return self.model(x)\n\n    def {DEFAULT_GETTER}(self):\n        return (1,)\n"),
+            reader(runner=MIXIN_RUNNER),
+            State.NATIVE,
+            "already implements",
+        ),
     ],
-    ids=["unpatched", "patched", "no-eagle3", "mixin-release", "protocol-base", "mixin-base", "getter"],
+    ids=["unpatched", "patched", "no-eagle3", "mixin-release", "protocol-base", "mixin-base", "getter", "default-getter"],
 )
 def test_target_states(code, read, state, reason):
     verdict = DecoderTarget(TOY).examine(code, read, Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize(("runner", "getter", "other"), [(RUNNER_WITH_EAGLE3, GETTER, DEFAULT_GETTER), (MIXIN_RUNNER, DEFAULT_GETTER, GETTER)])
+def test_the_getter_is_named_as_the_release_runner_asks(runner, getter, other):
+    """From 0.18.0 the runner asks get_eagle3_default_aux_hidden_state_layers; the model and the
+    wrapper must answer under that name, or SupportsEagle3's default (the mixin's) would."""
+    read = reader(runner=runner, model=source())
+    model = DecoderTarget(TOY).examine(source(), read, Options()).patched
+    wrapper = WrapperTarget(TOY).examine(WRAPPER_SOURCE, read, Options()).patched
+    assert f"    def {getter}(self) -> tuple[int, ...]:  # vllm-eagle3-patch\n" in model
+    assert f"        return self.language_model.{getter}()\n" in wrapper
+    assert other not in model + wrapper
+    fixed = DecoderTarget(TOY).examine(source(), read, Options(aux_layers=(1, 2, 3))).patched
+    assert f"    def {getter}(self) -> tuple[int, ...]:  # vllm-eagle3-patch\n" in fixed and other not in fixed
 
 
 def test_protocol_follows_the_release():

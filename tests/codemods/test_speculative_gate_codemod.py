@@ -40,9 +40,19 @@ class TestSpeculativeGate(CodemodTest):
         )
         self.assertCodemod(before, after)
 
-    def test_types_already_listed_are_not_repeated(self) -> None:
+    def test_types_already_accepted_are_not_added(self) -> None:
+        """Entries match by substring: ``deepseek_v3`` already admits ``deepseek_v32``."""
         before = WHITELIST.format(listed='["llama", "deepseek_v3"]')
-        after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "deepseek_v32", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch')
+        after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch')
+        self.assertCodemod(before, after)
+
+    def test_a_whitelist_with_deepseek_gets_the_families(self) -> None:
+        """0.18.0-0.21.x list DeepSeek and Kimi-K2 themselves, but none of the families."""
+        listed = '"llama", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"'
+        before = WHITELIST.format(listed=f"[{listed}]").replace("eagle3_target_supported", "aux_hidden_states_supported")
+        after = WHITELIST.format(listed=f"[{listed}, {FAMILIES}]  # vllm-eagle3-patch").replace(
+            "eagle3_target_supported", "aux_hidden_states_supported"
+        )
         self.assertCodemod(before, after)
 
     def test_multi_line_whitelist_keeps_one_item_per_line(self) -> None:
@@ -77,8 +87,10 @@ def examine(code: str):
         ("class SpeculativeConfig:\n    method = 'eagle'\n", State.UNSUPPORTED),
         (WHITELIST.format(listed='["llama"]') + WHITELIST.format(listed='["qwen"]'), State.UNSUPPORTED),
         (WHITELIST.format(listed='["llama"]').replace("eagle3_target_supported", "aux_hidden_states_supported"), State.UNPATCHED),
-        (WHITELIST.format(listed='["llama", "deepseek_v2", "deepseek_v3", "kimi_k2"]'), State.NATIVE),
+        (WHITELIST.format(listed='["llama", "deepseek_v2", "deepseek_v3", "kimi_k2"]'), State.UNPATCHED),
+        (WHITELIST.format(listed=f'["llama", "deepseek_v2", "deepseek_v3", "kimi_k2", {FAMILIES}]'), State.NATIVE),
     ],
+    ids=["whitelist", "llama-only", "no-whitelist", "no-eagle3", "two-whitelists", "renamed", "deepseek-only", "all"],
 )
 def test_states(code, state):
     assert examine(code).state is state

@@ -32,6 +32,7 @@ import re
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -52,6 +53,23 @@ def vllm_version() -> Version:
         from vllm.version import __version__
 
         return Version(__version__)
+
+
+def default_ids_getter() -> str:
+    """The name under which the release's runner asks a target for its default aux layer ids.
+
+    ``get_eagle3_default_aux_hidden_state_layers`` from 0.18.0 (``SupportsEagle3`` builds on
+    ``EagleModelMixin``), ``get_eagle3_aux_hidden_state_layers`` before: read from the
+    runner's own text, since importing it needs a GPU stack.
+    """
+    import vllm
+
+    runner = Path(vllm.__file__).parent / "v1" / "worker" / "gpu_model_runner.py"
+    text = runner.read_text(encoding="utf-8")
+    for name in ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"):
+        if f".{name}(" in text:
+            return name
+    raise AssertionError(f"{runner} asks for no default aux layer ids")
 
 
 def deepseek_module() -> types.ModuleType:

@@ -5,8 +5,11 @@ class with stand-in layers: ``__init__`` starts with no ids; ``forward`` capture
 of layer k for global ids, id 0 without a residual, id n the last layer's pre-norm output,
 in layer order; with nothing captured the output is bit for bit the unpatched one; the
 causal LM supports EAGLE-3, its setter drives ``forward``, its default is
-``(2, n // 2, n - 3)``; Gemma 3's multimodal wrapper delegates; the gate accepts the types.
-On an unpatched tree these tests fail.
+``(2, n // 2, n - 3)`` (neighbours of the middle below 7 layers), under the name the release's
+runner asks (``get_eagle3_default_aux_hidden_state_layers`` from 0.18.0, where the protocol's
+own defaults expect ``EagleModelMixin`` and would repeat ids); Gemma 3's multimodal wrapper
+delegates; the gate accepts the types.  On an unpatched tree these tests fail.  From 0.18.0
+DeepSeek is native: there only this file runs (``test_eagle3_behaviour`` is the patch's spec).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from harness import DecoderFile, decoder_stage, reference_forward
 from test_eagle3_behaviour import _supports_eagle3, assert_captured, assert_intermediate, assert_same
 
 VERSION = harness.vllm_version()
+GETTER = harness.default_ids_getter()
 MODELS = "vllm.model_executor.models"
 
 
@@ -184,13 +188,14 @@ def test_supports_eagle3(family: FamilyUnderTest) -> None:
 
 
 @pytest.mark.parametrize(
-    ("num_layers", "expected"), [pytest.param(8, (2, 4, 5), id="8"), pytest.param(62, (2, 31, 59), id="62")]
+    ("num_layers", "expected"),
+    [pytest.param(4, (1, 2, 3), id="4"), pytest.param(8, (2, 4, 5), id="8"), pytest.param(62, (2, 31, 59), id="62")],
 )
 def test_methods(family: FamilyUnderTest, num_layers: int, expected: tuple[int, ...]) -> None:
-    """The default ids, and the setter driving the next forward."""
+    """The default ids the runner asks for, and the setter driving the next forward."""
     with decoder_stage(family.decoder, num_layers) as stage:
         lm = harness.causal_lm_shell(family.causal_lm, stage.model, family.decoder.module)
-        assert tuple(lm.get_eagle3_aux_hidden_state_layers()) == expected
+        assert tuple(getattr(lm, GETTER)()) == expected
         lm.set_aux_hidden_state_layers((0, 3, num_layers))
         assert stage.model.aux_hidden_state_layers == (0, 3, num_layers)
         ref = reference_forward(stage)
@@ -201,18 +206,18 @@ def test_gemma3_multimodal_wrapper_delegates() -> None:
     """``get_model()`` is ``Gemma3ForConditionalGeneration`` for a multimodal Gemma 3 checkpoint."""
     gemma3 = FAMILIES["gemma3"]
     wrapper_module = importlib.import_module(f"{MODELS}.gemma3_mm")
-    with decoder_stage(gemma3.decoder, 8) as stage:
+    with decoder_stage(gemma3.decoder, 6) as stage:
         wrapper = object.__new__(wrapper_module.Gemma3ForConditionalGeneration)
         nn.Module.__init__(wrapper)
         wrapper.language_model = harness.causal_lm_shell(gemma3.causal_lm, stage.model, gemma3.decoder.module)
         if VERSION >= Version("0.10.1"):
             supports_eagle3 = _supports_eagle3()
             assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
-        assert tuple(wrapper.get_eagle3_aux_hidden_state_layers()) == (2, 4, 5)
-        wrapper.set_aux_hidden_state_layers((1, 8))
-        assert stage.model.aux_hidden_state_layers == (1, 8)
+        assert tuple(getattr(wrapper, GETTER)()) == (2, 3, 4)  # upstream's (2, n // 2, n - 3) repeats 3
+        wrapper.set_aux_hidden_state_layers((1, 6))
+        assert stage.model.aux_hidden_state_layers == (1, 6)
         ref = reference_forward(stage)
-        assert_captured(stage.run(), stage, ref, (1, 8))
+        assert_captured(stage.run(), stage, ref, (1, 6))
 
 
 @pytest.mark.parametrize(

@@ -105,7 +105,7 @@ def make_plan(
     recorded = Options(aux_layers=manifest.aux_layers if manifest else None)
     if options is None or options.aux_layers is None:
         options = recorded
-    read = _reader(install.package_dir)
+    read = reader(install.package_dir)
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
     originals = Originals(install, accept_modified)
     files = []
@@ -228,7 +228,7 @@ def _text(verdict: Verdict) -> Optional[bytes]:
     return verdict.patched.encode("utf-8") if verdict.patched is not None else None
 
 
-def _reader(package_dir: Path) -> ReadFile:
+def reader(package_dir: Path) -> ReadFile:
     @lru_cache(maxsize=None)
     def read(relative: str) -> Optional[str]:
         try:

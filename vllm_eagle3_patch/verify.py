@@ -18,8 +18,10 @@ from typing import Optional
 from . import verify_probe
 from .errors import ToolError
 from .families import FAMILIES
-from .plan import Plan
-from .target import State
+from .patches._eagle3_methods import GETTER
+from .patches._release_interface import release_interface
+from .plan import Plan, reader
+from .target import State, Unrecognised
 
 TIMEOUT_SECONDS = 900
 
@@ -81,21 +83,31 @@ def static_checks(plan: Plan) -> tuple[Check, ...]:
 def run_probe(plan: Plan, python: str) -> dict:
     ids = ",".join(map(str, plan.options.aux_layers)) if plan.options.aux_layers is not None else ""
     families = json.dumps(probe_families(plan))
-    outcome = run_in_target(plan, python, Path(verify_probe.__file__), [ids, families], TIMEOUT_SECONDS)
+    arguments = [ids, families, getter_asked(plan)]
+    outcome = run_in_target(plan, python, Path(verify_probe.__file__), arguments, TIMEOUT_SECONDS)
     if "failed" in outcome:
         return {"importable": False, "error": f"the check process failed: {outcome['failed']}"}
     return outcome
 
 
+def getter_asked(plan: Plan) -> str:
+    """The name under which this release's runner asks a target for its default ids."""
+    try:
+        return release_interface(reader(plan.install.package_dir)).getter
+    except Unrecognised:  # no EAGLE-3 at all: the checks fail whichever name they call
+        return GETTER
+
+
 def probe_families(plan: Plan) -> list[dict]:
-    """What ``verify_probe`` checks: each family whose model file this vLLM has and ``apply``
-    does not leave alone (a required family always: failing it is the point of an unpatched
-    run), and its multimodal wrapper on the same terms; modules and classes by name."""
+    """What ``verify_probe`` checks: each family whose model file this vLLM has, not native,
+    and ``apply`` does not leave alone (a required family always: failing it is the point of
+    an unpatched run), and its multimodal wrapper on the same terms; modules and classes by name."""
     present = {f.path for f in plan.files}
     left_alone = {f.path for f in plan.files if f.optional and f.state is State.UNSUPPORTED}
+    native = {f.path for f in plan.files if f.state is State.NATIVE}  # upstream's code: not this tool's to prove
 
     def checked(path: str, required: bool = False) -> bool:
-        return path in present and (required or path not in left_alone)
+        return path in present and path not in native and (required or path not in left_alone)
 
     def module(path: str) -> str:
         return "vllm." + path.removesuffix(".py").replace("/", ".")

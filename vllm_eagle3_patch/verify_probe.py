@@ -1,7 +1,7 @@
 """Run by ``vllm-eagle3-patch verify`` inside the target interpreter: import the patched vLLM
 and exercise it, on CPU, with stand-in decoder layers and no weights.
 
-It is executed as a script (``python verify_probe.py AUX_IDS FAMILIES_JSON``) so the target
+It is executed as a script (``python verify_probe.py AUX_IDS FAMILIES_JSON GETTER``) so the target
 environment needs torch and vLLM's own requirements, not this tool.  ``FAMILIES_JSON`` lists
 the model families to check (see :func:`vllm_eagle3_patch.verify.families_to_check`).  It
 prints one JSON object: ``{"importable": bool, "error": str | None, "checks": [{"name", "ok", "detail"}]}``.
@@ -25,6 +25,7 @@ SERVED_LAYERS = 61
 def main(argv: list[str]) -> dict[str, Any]:
     expected_ids = tuple(int(i) for i in argv[0].split(",")) if argv and argv[0] else None
     families: list[dict[str, Any]] = json.loads(argv[1]) if len(argv) > 1 else []
+    getter = argv[2] if len(argv) > 2 else "get_eagle3_aux_hidden_state_layers"
     try:
         import torch  # noqa: F401
 
@@ -41,24 +42,27 @@ def main(argv: list[str]) -> dict[str, Any]:
             reason = f"not checked: {family['module']} cannot be imported in this interpreter ({type(error).__name__}: {error})"
             checks.append((f"{family['model']} (not importable here)", lambda reason=reason: reason))
             continue
-        checks += family_checks(family, module, expected_ids)
+        checks += family_checks(family, module, expected_ids, getter)
     checks.append(("Kimi-K2.5 wrapper supports EAGLE-3", lambda: check_kimi_k25(expected_ids)))
     return {"importable": True, "error": None, "checks": [run(name, check) for name, check in checks]}
 
 
-def family_checks(family: dict[str, Any], module: types.ModuleType, expected_ids: tuple[int, ...] | None) -> list[tuple[str, Callable[[], str]]]:
-    """The same five checks for every family; the wrapper's delegation where it has one."""
+def family_checks(
+    family: dict[str, Any], module: types.ModuleType, expected_ids: tuple[int, ...] | None, getter: str
+) -> list[tuple[str, Callable[[], str]]]:
+    """The same five checks for every family; the wrapper's delegation where it has one.
+    ``getter``: the name the release's runner asks the default ids by."""
     causal_lm, model, decoder = family["causal_lm"], family["model"], family["decoder"]
     checks = [
         (f"{causal_lm} supports EAGLE-3", lambda: check_protocol(module, causal_lm)),
-        (f"{causal_lm}.get_eagle3_aux_hidden_state_layers()", lambda: check_default_ids(module, causal_lm, decoder, expected_ids)),
+        (f"{causal_lm}.{getter}()", lambda: check_default_ids(module, causal_lm, decoder, expected_ids, getter)),
         (f"{causal_lm}.set_aux_hidden_state_layers() reaches the model", lambda: check_setter(module, causal_lm, decoder)),
         (f"{model}.forward captures ids 0, 3 and n", lambda: check_forward(module, model, (0, 3, NUM_LAYERS))),
         (f"{model}.forward unchanged with no ids", lambda: check_forward(module, model, ())),
     ]
     wrapper = family.get("wrapper")
     if wrapper:
-        checks.append((f"{wrapper['cls']} supports EAGLE-3 and delegates", lambda: check_wrapper(wrapper)))
+        checks.append((f"{wrapper['cls']} supports EAGLE-3 and delegates", lambda: check_wrapper(wrapper, getter)))
     return checks
 
 
@@ -104,10 +108,12 @@ def attribute(decoder: str) -> str:
     return decoder.removeprefix("self.")
 
 
-def check_default_ids(module: types.ModuleType, causal_lm: str, decoder: str, expected_ids: tuple[int, ...] | None) -> str:
+def check_default_ids(
+    module: types.ModuleType, causal_lm: str, decoder: str, expected_ids: tuple[int, ...] | None, getter: str
+) -> str:
     model = bare(getattr(module, causal_lm))
     setattr(model, attribute(decoder), types.SimpleNamespace(layers=[None] * SERVED_LAYERS))
-    ids = tuple(model.get_eagle3_aux_hidden_state_layers())
+    ids = tuple(getattr(model, getter)())
     n = SERVED_LAYERS
     expected = expected_ids if expected_ids is not None else (2, n // 2, n - 3)
     assert ids == expected, f"returned {ids} for {n} layers, expected {expected}"
@@ -215,17 +221,20 @@ def _last_layer_output(first_input: Any) -> tuple[Any, Any]:
     return hidden, residual
 
 
-def check_wrapper(wrapper: dict[str, Any]) -> str:
+def check_wrapper(wrapper: dict[str, Any], getter: str) -> str:
     """A multimodal wrapper: the protocol, and both methods handed to its language model."""
-    module = importlib.import_module(wrapper["module"])
+    try:
+        module = importlib.import_module(wrapper["module"])
+    except ImportError as error:  # e.g. an image processor needing torchvision, absent beside a CPU torch
+        return f"not checked: {wrapper['module']} cannot be imported in this interpreter ({type(error).__name__}: {error})"
     cls = getattr(module, wrapper["cls"])
     calls: list[Any] = []
-    inner = types.SimpleNamespace(set_aux_hidden_state_layers=calls.append, get_eagle3_aux_hidden_state_layers=lambda: (7, 8, 9))
+    inner = types.SimpleNamespace(set_aux_hidden_state_layers=calls.append, **{getter: lambda: (7, 8, 9)})
     model = bare(cls)
     setattr(model, attribute(wrapper["language_model"]), inner)
     model.set_aux_hidden_state_layers((4, 5))
     assert calls == [(4, 5)], "set_aux_hidden_state_layers not handed to the language model"
-    ids = tuple(model.get_eagle3_aux_hidden_state_layers())
+    ids = tuple(getattr(model, getter)())
     assert ids == (7, 8, 9), f"get_eagle3_aux_hidden_state_layers returned {ids}, not the language model's"
     try:
         from vllm.model_executor.models.interfaces import supports_eagle3

@@ -43,6 +43,8 @@ DEEPSEEK_V2 = "vllm.model_executor.models.deepseek_v2"
 HIDDEN_SIZE = 4
 NUM_TOKENS = 3
 VOCAB_SIZE = 16
+MARK = "# vllm-eagle3-patch"
+"""The comment on every line this tool writes (a file without it is not patched by the tool)."""
 
 
 def vllm_version() -> Version:
@@ -250,6 +252,7 @@ def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE, **extra: A
         vocab_size=VOCAB_SIZE,
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
+        num_layers=num_layers,  # LongCat-Flash's name for it from 0.2x
         rms_norm_eps=1e-6,
         **extra,
     )

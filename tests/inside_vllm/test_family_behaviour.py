@@ -15,8 +15,10 @@ DeepSeek is native: there only this file runs (``test_eagle3_behaviour`` is the 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from packaging.version import Version
@@ -100,10 +102,17 @@ FAMILIES = {
 }
 
 
+def patched_by_the_tool(spec: importlib.machinery.ModuleSpec) -> bool:
+    return harness.MARK in Path(str(spec.origin)).read_text(encoding="utf-8")
+
+
 @pytest.fixture(params=sorted(FAMILIES))
 def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
     chosen = FAMILIES[request.param]
-    if importlib.util.find_spec(chosen.decoder.module) is None:
+    spec = importlib.util.find_spec(chosen.decoder.module)
+    if spec is not None and not patched_by_the_tool(spec):
+        pytest.skip(f"vLLM {VERSION}'s {chosen.decoder.module} is not this tool's to prove here: native or left alone (`status` says which)")
+    if spec is None:
         assert VERSION < chosen.first_release, f"{chosen.decoder.module} missing from vLLM {VERSION}"
         pytest.skip(f"vLLM {VERSION} has no {chosen.decoder.module} (first shipped in {chosen.first_release})")
     if chosen.imports_on_cpu_from and VERSION < chosen.imports_on_cpu_from:
@@ -234,8 +243,9 @@ def test_a_subclass_that_skips_init_runs_the_patched_forward_unchanged() -> None
     ``qwen3_5.py`` itself imports transformers' Qwen2-VL video processor, which needs
     torchvision, and PyPI's torchvision does not load beside this interpreter's CPU torch."""
     qwen3_next = FAMILIES["qwen3_next"]
-    if importlib.util.find_spec(qwen3_next.decoder.module) is None or VERSION < qwen3_next.imports_on_cpu_from:
-        pytest.skip(f"vLLM {VERSION}: no importable {qwen3_next.decoder.module}")
+    spec = importlib.util.find_spec(qwen3_next.decoder.module)
+    if spec is None or VERSION < qwen3_next.imports_on_cpu_from or not patched_by_the_tool(spec):
+        pytest.skip(f"vLLM {VERSION}: no {qwen3_next.decoder.module} patched by this tool and importable here")
     model = getattr(importlib.import_module(qwen3_next.decoder.module), qwen3_next.decoder.model)
 
     class SkipsInit(model):  # type: ignore[misc, valid-type]

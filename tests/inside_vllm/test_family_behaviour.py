@@ -233,6 +233,10 @@ def test_gemma3_multimodal_wrapper_delegates() -> None:
     "model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "qwen3_next", "phi3"]
 )
 def test_gate_accepts_the_families(model_type: str) -> None:
+    """Every release accepts every family's type, but Qwen3-Next's only where it exists: the
+    release's own whitelist accepts it as "qwen" (0.8.5-0.10.0's llama-only gate would not)."""
+    if model_type == "qwen3_next" and importlib.util.find_spec(FAMILIES["qwen3_next"].decoder.module) is None:
+        pytest.skip(f"vLLM {VERSION} has no Qwen3-Next")
     harness.run_speculative_gate(model_type)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from packaging.version import Version
 
 from conftest import record_mismatches, run_cli, run_inside, tree_digest
 from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
@@ -70,8 +71,14 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
 FAMILY_FILES = {f.path for f in FAMILIES if not f.required} | {f.wrapper.path for f in FAMILIES if f.wrapper}
 NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
+UPSTREAM_FROM = {"model_executor/models/minimax_m2.py": "0.20.0", "model_executor/models/qwen3_next.py": "0.20.0"}
+"""Family files vLLM itself gives EAGLE-3 from these releases on (native)."""
+LEFT_ALONE_BEFORE_UPSTREAM = {"model_executor/models/qwen3_next.py": "0.18.0"}
+"""From this release until it is native, upstream's forward collects aux states but the causal
+LM lacks the methods: the tool leaves the file alone (refused with the reason)."""
 FAMILY_RELEASES = [
-    pytest.param("0.18.0", "cpu_python", (), id="0.18.0"),
+    # Qwen3-Next is left alone on 0.18.0 (see LEFT_ALONE_BEFORE_UPSTREAM): its family tests would fail there
+    pytest.param("0.18.0", "cpu_python", ("-k", "not qwen3_next"), id="0.18.0"),
     *(pytest.param(v, None, (), id=v) for v in FAMILIES_ONLY if v not in ("0.18.0", "0.33.0")),
     # transformers 5's Gemma 3 image processor needs torchvision, which has no CPU-torch build here
     pytest.param("0.33.0", "modern_python", ("--deselect", WRAPPER_TEST), id="0.33.0"),
@@ -88,8 +95,8 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     before = status(package_dir)
     targets = {t["file"]: t["state"] for t in before["targets"]}
     assert before["state"] == "unpatched" and "DeepSeek-V2/V3 itself" in before["reason"], before
-    assert {f for f, s in targets.items() if s == "native"} - {"config/speculative.py"} == NATIVE_FILES
-    assert {f: targets[f] for f in FAMILY_FILES} == dict.fromkeys(FAMILY_FILES, "unpatched")
+    assert {f for f, s in targets.items() if s == "native"} - {"config/speculative.py"} - FAMILY_FILES == NATIVE_FILES
+    assert {f: targets[f] for f in FAMILY_FILES} == {f: expected_family_state(f, version) for f in FAMILY_FILES}
     native_bytes = {f: (package_dir / f).read_bytes() for f in targets if targets[f] == "native"}
 
     applied = run_cli("--vllm-dir", str(package_dir), "apply")
@@ -98,7 +105,7 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert after["state"] == "patched", after
     assert {t["file"] for t in after["targets"] if t["state"] == "patched"} == {f for f, s in targets.items() if s == "unpatched"}
     assert {f: (package_dir / f).read_bytes() for f in native_bytes} == native_bytes
-    for path in FAMILY_FILES:
+    for path in (f for f in FAMILY_FILES if targets[f] == "unpatched"):
         text = (package_dir / path).read_text()
         compile(text, path, "exec")
         assert "def get_eagle3_default_aux_hidden_state_layers(self)" in text and "def get_eagle3_aux_hidden_state_layers" not in text
@@ -114,6 +121,15 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
     assert record_mismatches(package_dir) == []
     assert status(package_dir)["state"] == "unpatched"
+
+
+def expected_family_state(path: str, version: str) -> str:
+    release = Version(version)
+    if path in UPSTREAM_FROM and release >= Version(UPSTREAM_FROM[path]):
+        return "native"
+    if path in LEFT_ALONE_BEFORE_UPSTREAM and release >= Version(LEFT_ALONE_BEFORE_UPSTREAM[path]):
+        return "unsupported"
+    return "unpatched"
 
 
 def test_the_unpatched_newest_release_fails_the_family_tests(release, modern_python):

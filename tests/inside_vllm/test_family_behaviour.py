@@ -14,6 +14,7 @@ DeepSeek is native: there only this file runs (``test_eagle3_behaviour`` is the 
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.machinery
 import importlib.util
@@ -102,16 +103,36 @@ FAMILIES = {
 }
 
 
+GETTERS = ("get_eagle3_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
+
+
 def patched_by_the_tool(spec: importlib.machinery.ModuleSpec) -> bool:
     return harness.MARK in Path(str(spec.origin)).read_text(encoding="utf-8")
+
+
+def native(spec: importlib.machinery.ModuleSpec, family: FamilyUnderTest) -> bool:
+    """Upstream's own EAGLE-3, not this tool's to prove: the causal LM defines a getter or
+    lists ``SupportsEagle3``, or the decoder is an ``EagleModelMixin`` (as ``status`` judges).
+    Read from the source, as the module may not import here."""
+    source = Path(str(spec.origin)).read_text(encoding="utf-8")
+    if harness.MARK in source:
+        return False
+    classes = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)}
+
+    def bases(name: str) -> set[str]:
+        return {ast.unparse(base) for base in classes[name].bases} if name in classes else set()
+
+    causal_lm = classes.get(family.causal_lm)
+    getter = causal_lm is not None and any(isinstance(i, ast.FunctionDef) and i.name in GETTERS for i in causal_lm.body)
+    return getter or "SupportsEagle3" in bases(family.causal_lm) or "EagleModelMixin" in bases(family.decoder.model)
 
 
 @pytest.fixture(params=sorted(FAMILIES))
 def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
     chosen = FAMILIES[request.param]
     spec = importlib.util.find_spec(chosen.decoder.module)
-    if spec is not None and not patched_by_the_tool(spec):
-        pytest.skip(f"vLLM {VERSION}'s {chosen.decoder.module} is not this tool's to prove here: native or left alone (`status` says which)")
+    if spec is not None and native(spec, chosen):
+        pytest.skip(f"vLLM {VERSION}'s {chosen.causal_lm} implements EAGLE-3 itself (native)")
     if spec is None:
         assert VERSION < chosen.first_release, f"{chosen.decoder.module} missing from vLLM {VERSION}"
         pytest.skip(f"vLLM {VERSION} has no {chosen.decoder.module} (first shipped in {chosen.first_release})")

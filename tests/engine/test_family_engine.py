@@ -30,6 +30,13 @@ CANNOT_RUN = {
     "remote code (configuration_bailing_moe.py, modeling_bailing_moe.py) in the checkpoints on the Hugging Face "
     "Hub, so without network there is neither a config vLLM can load nor a reference model to train the drafter "
     "on and compare tokens with",
+    "longcat_flash": "LongCat-Flash cannot run in vLLM 0.17.1 on CPU (tried with a tiny transformers LongcatFlashForCausalLM): "
+    "FlashDecoderLayer always builds DeepseekV2MLAAttention, whose MLAAttention asks for an MLA backend (use_mla=True, "
+    "whatever VLLM_MLA_DISABLE says) and CpuPlatform.get_attn_backend_cls raises 'MLA is not supported on CPU.'; "
+    "past that (DeepSeek's non-MLA attention put in its place by hand), LongcatMoe's ZeroExpertFusedMoE.forward "
+    "calls self.select_experts, which FusedMoE no longer has in 0.16-0.19 (routing moved to FusedMoE.router), "
+    "so it raises AttributeError on any platform, and its identity experts are the Triton kernel "
+    "compute_identity_kernel (zero_experts_compute_triton), unavailable on CPU (vllm.triton_utils.HAS_TRITON is False)",
 }
 """Families of ``families.py`` whose engine run is impossible on this machine kind, and why."""
 STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None

@@ -30,6 +30,25 @@ CANNOT_RUN = {
     "remote code (configuration_bailing_moe.py, modeling_bailing_moe.py) in the checkpoints on the Hugging Face "
     "Hub, so without network there is neither a config vLLM can load nor a reference model to train the drafter "
     "on and compare tokens with",
+    "longcat_flash": "LongCat-Flash cannot run in vLLM 0.17.1 on CPU (tried with a tiny transformers LongcatFlashForCausalLM): "
+    "FlashDecoderLayer always builds DeepseekV2MLAAttention, whose MLAAttention asks for an MLA backend (use_mla=True, "
+    "whatever VLLM_MLA_DISABLE says) and CpuPlatform.get_attn_backend_cls raises 'MLA is not supported on CPU.'; "
+    "past that (DeepSeek's non-MLA attention put in its place by hand), LongcatMoe's ZeroExpertFusedMoE.forward "
+    "calls self.select_experts, which FusedMoE no longer has in 0.16-0.19 (routing moved to FusedMoE.router), "
+    "so it raises AttributeError on any platform, and its identity experts are the Triton kernel "
+    "compute_identity_kernel (zero_experts_compute_triton), unavailable on CPU (vllm.triton_utils.HAS_TRITON is False)",
+    "minimax_m2": "MiniMax-M2 cannot be built here: transformers 4.57.6 has only minimax (MiniMaxConfig, "
+    "MiniMaxForCausalLM: MiniMax-Text-01 with lightning attention, another architecture), no minimax_m2 config or "
+    "model, and vLLM 0.17.1 registers MiniMaxM2ForCausalLM but brings no config for it (vllm/transformers_utils/"
+    "configs has none); both exist only as remote code in the Hub checkpoints, so without network there is neither "
+    "a config vLLM can load nor a reference model",
+    "qwen3_next": "Qwen3-Next cannot run in vLLM 0.17.1 on CPU (tried with a tiny transformers Qwen3NextForCausalLM, "
+    "linear attention every layer but each fourth): loading fails in UnquantizedLinearMethod."
+    "process_weights_after_loading, whose CPU path dispatch_cpu_unquantized_gemm does 'N, K = layer.weight.size()' "
+    "on the gated-delta-net conv1d, a ColumnParallelLinear whose weight Qwen3NextGatedDeltaNet makes 3-D "
+    "(unsqueeze(1)): 'ValueError: too many values to unpack (expected 2)'; its forward then needs Triton kernels "
+    "(causal_conv1d_fn/update, the FLA chunk_gated_delta_rule and fused_recurrent_gated_delta_rule), unavailable "
+    "on CPU (vllm.triton_utils.HAS_TRITON is False)",
 }
 """Families of ``families.py`` whose engine run is impossible on this machine kind, and why."""
 STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None

@@ -22,8 +22,8 @@ from engine_harness import GATE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_
 pytestmark = pytest.mark.engine
 
 RELEASE = "0.17.1"
-FAMILIES = ("gemma3_text", "glm4_moe")
-"""``model_type`` of each family's tiny target (Gemma 3 text, GLM-4.5 MoE)."""
+FAMILIES = ("gemma3_text", "glm4_moe", "phi3")
+"""``model_type`` of each family's tiny target (Gemma 3 text, GLM-4.5 MoE, Phi-3: gate only)."""
 CANNOT_RUN = {
     "bailing_moe": "Ling (Bailing MoE) cannot be built here: transformers 4.57.6 has no bailing_moe config or model, "
     "and vLLM 0.17.1 brings no config for it (vllm/transformers_utils/configs has none); both exist only as "

@@ -119,6 +119,17 @@ TARGETS: dict[str, TinyTarget] = {
             "initializer_range": 0.02,
         },
     ),
+    "phi3": TinyTarget(  # vLLM's Phi3ForCausalLM is Llama's, EAGLE-3 included: only the gate keeps it out
+        "Phi3ForCausalLM",
+        "Phi3Config",
+        {
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,  # head_dim 32: CPU attention needs >= 32
+            "tie_word_embeddings": False,
+            "pad_token_id": 2,
+        },
+    ),
 }
 """The families a tiny target can be built for, by ``model_type``."""
 

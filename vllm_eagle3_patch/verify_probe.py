@@ -94,6 +94,12 @@ def check_protocol(module: types.ModuleType, causal_lm: str) -> str:
     return f"supports_eagle3 is True for {names}"
 
 
+def served_default() -> tuple[int, int, int]:
+    """The patched getter's default for a model of ``SERVED_LAYERS`` layers: ``(2, n // 2, n - 3)``."""
+    n = SERVED_LAYERS
+    return (2, n // 2, n - 3)
+
+
 def bare(cls: type) -> Any:
     """An instance without running ``__init__`` (which needs a GPU and a config)."""
     from torch import nn
@@ -114,10 +120,9 @@ def check_default_ids(
     model = bare(getattr(module, causal_lm))
     setattr(model, attribute(decoder), types.SimpleNamespace(layers=[None] * SERVED_LAYERS))
     ids = tuple(getattr(model, getter)())
-    n = SERVED_LAYERS
-    expected = expected_ids if expected_ids is not None else (2, n // 2, n - 3)
-    assert ids == expected, f"returned {ids} for {n} layers, expected {expected}"
-    return f"{ids} for {n} layers"
+    expected = expected_ids if expected_ids is not None else served_default()
+    assert ids == expected, f"returned {ids} for {SERVED_LAYERS} layers, expected {expected}"
+    return f"{ids} for {SERVED_LAYERS} layers"
 
 
 def check_setter(module: types.ModuleType, causal_lm: str, decoder: str) -> str:
@@ -266,7 +271,7 @@ def check_kimi_k25(expected_ids: tuple[int, ...] | None) -> str:
     model.set_aux_hidden_state_layers((4, 5))
     assert calls == [(4, 5)] or inner.aux_hidden_state_layers == (4, 5), "set_aux_hidden_state_layers not delegated"
     ids = tuple(model.get_eagle3_aux_hidden_state_layers())
-    direct = expected_ids if expected_ids is not None else (2, 30, 58)  # 0.15.x: acts on the bare decoder
+    direct = expected_ids if expected_ids is not None else served_default()  # 0.15.x: acts on the bare decoder
     assert ids in ((7, 8, 9), direct), f"get_eagle3_aux_hidden_state_layers returned {ids}"
     return "supports_eagle3 and both methods delegate to language_model"
 

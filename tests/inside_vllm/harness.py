@@ -43,6 +43,8 @@ DEEPSEEK_V2 = "vllm.model_executor.models.deepseek_v2"
 HIDDEN_SIZE = 4
 NUM_TOKENS = 3
 VOCAB_SIZE = 16
+GETTERS = ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers")
+"""The names a target's default aux layer ids are asked by: from 0.18.0, and before."""
 MARK = "# vllm-eagle3-patch"
 """The comment on every line this tool writes (a file without it is not patched by the tool)."""
 
@@ -68,7 +70,7 @@ def default_ids_getter() -> str:
 
     runner = Path(vllm.__file__).parent / "v1" / "worker" / "gpu_model_runner.py"
     text = runner.read_text(encoding="utf-8")
-    for name in ("get_eagle3_default_aux_hidden_state_layers", "get_eagle3_aux_hidden_state_layers"):
+    for name in GETTERS:
         if f".{name}(" in text:
             return name
     raise AssertionError(f"{runner} asks for no default aux layer ids")

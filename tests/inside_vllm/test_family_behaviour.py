@@ -103,9 +103,6 @@ FAMILIES = {
 }
 
 
-GETTERS = ("get_eagle3_aux_hidden_state_layers", "get_eagle3_default_aux_hidden_state_layers")
-
-
 def patched_by_the_tool(spec: importlib.machinery.ModuleSpec) -> bool:
     return harness.MARK in Path(str(spec.origin)).read_text(encoding="utf-8")
 
@@ -123,7 +120,7 @@ def native(spec: importlib.machinery.ModuleSpec, family: FamilyUnderTest) -> boo
         return {ast.unparse(base) for base in classes[name].bases} if name in classes else set()
 
     causal_lm = classes.get(family.causal_lm)
-    getter = causal_lm is not None and any(isinstance(i, ast.FunctionDef) and i.name in GETTERS for i in causal_lm.body)
+    getter = causal_lm is not None and any(isinstance(i, ast.FunctionDef) and i.name in harness.GETTERS for i in causal_lm.body)
     return getter or "SupportsEagle3" in bases(family.causal_lm) or "EagleModelMixin" in bases(family.decoder.model)
 
 

@@ -15,10 +15,12 @@ mixin's default ``(2, n // 2, n - 3)`` repeats ids below 7 layers.  Rather than 
 and correct both, the patched model keeps this codemod's ``forward`` and overrides both
 methods of ``SupportsEagle3``, so the protocol's defaults (which expect the mixin) never run.
 
-Three loop shapes are recognised: ``islice(self.layers, self.start_layer, self.end_layer)``,
-``self.layers[self.start_layer:self.end_layer]`` (enumerated with global ids), and
-``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]`` (``i`` is the id).
-DeepSeek-V2/V3, the first family, uses the first two.
+Four loop shapes are recognised: ``islice(self.layers, self.start_layer, self.end_layer)``,
+``self.layers[self.start_layer:self.end_layer]`` (enumerated with global ids),
+``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]`` and either of the
+first two already ``enumerate``-d from ``self.start_layer`` (``i`` is the id).  DeepSeek-V2/V3,
+the first family, uses the first two.  Where upstream's loop already captures the requested
+ids (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods), only id ``end_layer`` is added.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from vllm_eagle3_patch.cst_tools import (
     assigned,
     cst,
     find,
+    has_method,
     is_attribute,
     is_name,
     is_self_attribute,
@@ -91,16 +94,27 @@ class DecoderEagle3:
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
         causal_lm = top_level_class(tree, self.family.causal_lm)
-        init, forward = method(model, "__init__"), method(model, "forward")
-        new_model = replace_child(model, init, self.patch_init(init, tree))
-        new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
-        if self.family.ids_on_the_class:
-            new_model = _declare_empty_ids(new_model, tree)
-        tree = replace_child(tree, model, new_model)
+        tree = replace_child(tree, model, self.patch_model(model, tree))
         tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         return tree
+
+    def patch_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
+        """``__init__`` sets the empty ids (unless upstream's does); ``forward`` captures, unless
+        it is inherited from ``family.forward_from``'s model, which that family's file patches."""
+        init = method(model, "__init__")
+        new_model = model
+        if not _sets_aux_layers(init):
+            new_model = replace_child(new_model, init, self.patch_init(init, tree))
+        if self.family.ids_on_the_class:
+            new_model = _declare_empty_ids(new_model, tree)
+        if self.family.forward_from is not None:
+            _require_inherited_forward(model, self.family.forward_from.model)
+        else:
+            forward = method(model, "forward")
+            new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
+        return new_model
 
     def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
@@ -108,12 +122,15 @@ class DecoderEagle3:
 
     def patch_forward(self, forward: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
         model = self.family.model
-        taken = names_in(forward) & {AUX, INDEX, WANTED}
-        if taken:
-            raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
         body = list(forward.body.body)
         loop = _decoder_loop(body, model)
         hidden, residual = _layer_call_names(loop, model)
+        collected = _upstream_capture(loop)
+        if collected is not None:
+            return self.capture_last_too(forward, loop, collected, f"{hidden} if {residual} is None else {hidden} + {residual}", tree)
+        taken = names_in(forward) & {AUX, INDEX, WANTED}
+        if taken:
+            raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
         norm_at = _norm_call_index(body, loop.at, model)
         returned = _final_return(body, model)
         state = f"{hidden} if {residual} is None else {hidden} + {residual}"
@@ -135,6 +152,25 @@ class DecoderEagle3:
             *body[norm_at + 1 : -1],
             _move_leading_lines(body[-1], mark(early_return)),
             body[-1].with_changes(leading_lines=()),
+        ]
+        return forward.with_changes(body=forward.body.with_changes(body=new_body))
+
+    def capture_last_too(
+        self, forward: cst.FunctionDef, loop: Loop, collected: str, state: str, tree: cst.Module
+    ) -> cst.FunctionDef:
+        """Upstream's own loop already captures the input of each requested global id into
+        ``collected`` (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods): add id
+        ``end_layer``, the last layer's pre-norm output, so every family takes the same ids."""
+        body = list(forward.body.body)
+        norm_at = _norm_call_index(body, loop.at, self.family.model)
+        (capture_last,) = statements(
+            f"if self.end_layer in self.aux_hidden_state_layers:\n    {collected}.append({state})\n", tree
+        )
+        new_body = [
+            *body[:norm_at],
+            _move_leading_lines(body[norm_at], mark(capture_last)),
+            body[norm_at].with_changes(leading_lines=()),
+            *body[norm_at + 1 :],
         ]
         return forward.with_changes(body=forward.body.with_changes(body=new_body))
 
@@ -178,6 +214,20 @@ class WrapperEagle3:
         return tree
 
 
+def _sets_aux_layers(init: cst.FunctionDef) -> bool:
+    """Whether upstream's ``__init__`` already sets ``self.aux_hidden_state_layers`` (0.18.0 on)."""
+    targets = [assigned(sole_statement(line)) for line in init.body.body]
+    return any(target is not None and is_self_attribute(target, "aux_hidden_state_layers") for target in targets)
+
+
+def _require_inherited_forward(model: cst.ClassDef, parent: str) -> None:
+    """The model must run ``parent.forward`` as it is: a subclass of it, without its own ``forward``."""
+    if not any(is_name(base.value, parent) for base in model.bases):
+        raise Unrecognised(f"expected {model.name.value} to subclass {parent}, whose forward it runs")
+    if has_method(model, "forward"):
+        raise Unrecognised(f"{model.name.value} defines its own forward; expected it to run {parent}.forward")
+
+
 def _declare_empty_ids(model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
     """``aux_hidden_state_layers: tuple[int, ...] = ()`` first in the class body (after its
     docstring): what a subclass that never runs this ``__init__`` reads in ``forward``."""
@@ -205,6 +255,9 @@ def _decoder_loop(body: list[cst.BaseStatement], model: str) -> Loop:
 
 def _loop_shape(loop: cst.For) -> Optional[tuple[str, Optional[str]]]:
     """``(layer name, global id name or None)`` for a recognised decoder loop, else None."""
+    if isinstance(loop.target, cst.Tuple) and _enumerates_own_layers(loop.iter):
+        names = [e.value.value for e in loop.target.elements if is_name(e.value)]  # type: ignore[attr-defined]
+        return (names[1], names[0]) if len(names) == len(loop.target.elements) == 2 else None
     if not isinstance(loop.target, cst.Name):
         return None
     if _iterates_own_layers(loop.iter):
@@ -236,6 +289,18 @@ def _iterates_own_layers(iterable: cst.BaseExpression) -> bool:
     return False
 
 
+def _enumerates_own_layers(iterable: cst.BaseExpression) -> bool:
+    """``enumerate(<own layers>, start=self.start_layer)``: global ids (upstream's loop from 0.18.0)."""
+    if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) == 2):
+        return False
+    layers, start = iterable.args
+    return (
+        _iterates_own_layers(layers.value)
+        and (start.keyword is None or is_name(start.keyword, "start"))
+        and is_self_attribute(start.value, "start_layer")
+    )
+
+
 def _ranges_own_layers(iterable: cst.BaseExpression) -> bool:
     """``range(self.start_layer, self.end_layer)``"""
     if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
@@ -255,6 +320,25 @@ def _binds_layer(statement: Optional[cst.BaseSmallStatement], index: str) -> boo
         and isinstance(subscript.slice[0].slice, cst.Index)
         and is_name(subscript.slice[0].slice.value, index)
     )
+
+
+def _upstream_capture(loop: Loop) -> Optional[str]:
+    """The list upstream's own loop appends aux states to, or None:
+    ``if <id> in self.aux_hidden_state_layers: <list>.append(...)`` (Qwen3-Next, 0.18-0.19)."""
+    for statement in loop.node.body.body:
+        test = statement.test if isinstance(statement, cst.If) else None
+        if not (
+            isinstance(test, cst.Comparison)
+            and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.In)
+            and is_self_attribute(test.comparisons[0].comparator, "aux_hidden_state_layers")
+        ):
+            continue
+        appends = find(statement.body, cst.Call, lambda call: is_attribute(call.func, "append"))
+        if len(appends) == 1 and is_name(appends[0].func.value):  # type: ignore[attr-defined]
+            return appends[0].func.value.value  # type: ignore[attr-defined]
+        raise Unrecognised("expected the aux hidden state capture in the decoder loop to append to one list")
+    return None
 
 
 def _layer_call_names(loop: Loop, model: str) -> tuple[str, str]:
@@ -331,10 +415,15 @@ class DecoderTarget(SingleFileTarget):
             interface = release_interface(read)
             return DecoderEagle3(family, interface.protocol, options.aux_layers, interface.getter)
 
+        def preconditions() -> None:
+            if family.forward_from is not None:
+                require_patchable(family.forward_from, read, options)
+
         return judge(
             source,
             codemod,
             native=native,
+            preconditions=preconditions,
             reads=lambda function: function.cls == family.model and function.name in ("__init__", "forward"),
         )
 
@@ -360,15 +449,17 @@ class WrapperTarget(SingleFileTarget):
             source,
             codemod,
             native=lambda module: _declares_eagle3(module, self.wrapper.cls, (PROTOCOL,)),
-            preconditions=lambda: self.require_patchable_model(read, options),
+            preconditions=lambda: require_patchable(self.family, read, options),  # the methods delegate to it
             reads=lambda function: False,
         )
 
-    def require_patchable_model(self, read: ReadFile, options: Options) -> None:
-        """The wrapper's methods delegate to the family's causal LM, which must gain them too."""
-        source = read(self.family.path)
-        if source is None:
-            raise Unrecognised(f"{self.family.path} is missing")
-        verdict = DecoderTarget(self.family).examine(source, read, options)
-        if verdict.state not in (State.UNPATCHED, State.PATCHED):
-            raise Unrecognised(f"{self.family.path} is {verdict.state.value}: {verdict.reason}")
+
+def require_patchable(family: Family, read: ReadFile, options: Options) -> None:
+    """A file whose patch relies on ``family``'s (a wrapper delegating to its causal LM, a model
+    inheriting its model's ``forward``) is patched only where that family's file is patched too."""
+    source = read(family.path)
+    if source is None:
+        raise Unrecognised(f"{family.path} is missing")
+    verdict = DecoderTarget(family).examine(source, read, options)
+    if verdict.state not in (State.UNPATCHED, State.PATCHED):
+        raise Unrecognised(f"{family.path} is {verdict.state.value}: {verdict.reason}")

@@ -60,11 +60,20 @@ def _build_venv(name: str, requirements: list[str]) -> Path:
     with open(home.parent / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (home / ".complete").exists():
+            _remove_stale(home, name)
             shutil.rmtree(home, ignore_errors=True)
             venv.create(home, with_pip=True)
             subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements], check=True)
             (home / ".complete").touch()
     return python
+
+
+def _remove_stale(home: Path, name: str) -> None:
+    """Environments of the same name built for older requirements: up to 8 GB each, never used again."""
+    for stale in home.parent.glob(f"{name}-*"):
+        key = stale.name.removeprefix(f"{name}-")
+        if stale != home and stale.is_dir() and len(key) == 12 and all(c in "0123456789abcdef" for c in key):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def _requirements(path: Path, torch: str = TORCH) -> list[str]:

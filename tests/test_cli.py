@@ -381,7 +381,8 @@ FAMILY_CLASSES = (
     ("LongcatFlashForCausalLM", "FlashModel"),
     ("Qwen3NextForCausalLM", "Qwen3NextModel"),
 )
-"""Every family 0.17.1 has: verify runs the same checks on each."""
+"""Every family 0.17.1 has: verify runs the same checks on each (and on Qwen3.5 where torchvision
+imports: tests/engine/test_verify_engine.py)."""
 
 
 def test_verify_checks_the_families_apply_patches_and_not_those_it_leaves_alone(release, cpu_python):
@@ -397,6 +398,8 @@ def test_verify_checks_the_families_apply_patches_and_not_those_it_leaves_alone(
         checked = {f"{causal_lm} supports EAGLE-3", f"{model}.forward captures ids 0, 3 and n", f"{model}.forward unchanged with no ids"}
         assert checked.isdisjoint(names) if model == "Gemma3Model" else checked <= names, (model, names)
     assert not any("Gemma3ForConditionalGeneration" in name for name in names)
+    (qwen3_5,) = [c for c in report["checks"] if c["name"] == "Qwen3_5Model (not importable here)"]
+    assert qwen3_5["ok"] and "torchvision" in qwen3_5["detail"], qwen3_5  # checked in the engine interpreter
 
 
 def test_verify_without_torch_falls_back_to_static_checks(venv_with_vllm):

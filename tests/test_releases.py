@@ -7,6 +7,7 @@ import json
 import pytest
 from packaging.version import Version
 
+import environments
 from conftest import record_mismatches, run_cli, run_inside, tree_digest
 from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
@@ -71,14 +72,15 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
 FAMILY_FILES = {f.path for f in FAMILIES if not f.required} | {f.wrapper.path for f in FAMILIES if f.wrapper}
 NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
-UPSTREAM_FROM = {"model_executor/models/minimax_m2.py": "0.20.0", "model_executor/models/qwen3_next.py": "0.20.0"}
-"""Family files vLLM itself gives EAGLE-3 from these releases on (native)."""
-LEFT_ALONE_BEFORE_UPSTREAM = {"model_executor/models/qwen3_next.py": "0.18.0"}
-"""From this release until it is native, upstream's forward collects aux states but the causal
-LM lacks the methods: the tool leaves the file alone (refused with the reason)."""
+UPSTREAM_FROM = {
+    "model_executor/models/minimax_m2.py": "0.20.0",
+    "model_executor/models/qwen3_next.py": "0.20.0",
+    "model_executor/models/qwen3_5.py": "0.18.0",
+}
+"""Family files vLLM itself gives EAGLE-3 from these releases on (native).  On 0.18-0.19
+Qwen3-Next's forward already collects but its causal LM lacks the methods: patched, not native."""
 FAMILY_RELEASES = [
-    # Qwen3-Next is left alone on 0.18.0 (see LEFT_ALONE_BEFORE_UPSTREAM): its family tests would fail there
-    pytest.param("0.18.0", "cpu_python", ("-k", "not qwen3_next"), id="0.18.0"),
+    pytest.param("0.18.0", "cpu_python", (), id="0.18.0"),
     *(pytest.param(v, None, (), id=v) for v in FAMILIES_ONLY if v not in ("0.18.0", "0.33.0")),
     # transformers 5's Gemma 3 image processor needs torchvision, which has no CPU-torch build here
     pytest.param("0.33.0", "modern_python", ("--deselect", WRAPPER_TEST), id="0.33.0"),
@@ -127,9 +129,26 @@ def expected_family_state(path: str, version: str) -> str:
     release = Version(version)
     if path in UPSTREAM_FROM and release >= Version(UPSTREAM_FROM[path]):
         return "native"
-    if path in LEFT_ALONE_BEFORE_UPSTREAM and release >= Version(LEFT_ALONE_BEFORE_UPSTREAM[path]):
-        return "unsupported"
     return "unpatched"
+
+
+def test_qwen3_5_on_its_own_interpreter(release):
+    """Qwen3.5 on 0.17.1, the release before upstream's support: ``qwen3_5.py`` imports transformers'
+    Qwen2-VL video processor, which needs torchvision, so its family tests run in the engine
+    interpreter (PyPI's torch and torchvision) rather than with the other releases.  Unpatched they
+    fail; patched, its model runs Qwen3-Next's patched forward, and its text-only causal LMs and
+    its multimodal class (Qwen3-VL's methods) reach it."""
+    python = environments.engine_python("2.10.0")
+    package_dir = release("0.17.1")
+    selected = ("-k", "qwen3_5", "-rs")
+    unpatched = run_inside(python, package_dir, *selected, suite="test_family_behaviour.py")
+    assert unpatched.returncode == 1, unpatched.stdout[-3000:]
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    inner = run_inside(python, package_dir, *selected, suite="test_family_behaviour.py")
+    assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]
+    assert "skipped" not in inner.stdout.splitlines()[-1], inner.stdout[-3000:]
+    assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
 
 
 def test_the_unpatched_newest_release_fails_the_family_tests(release, modern_python):

@@ -112,9 +112,11 @@ def sole_statement(line: cst.CSTNode) -> Optional[cst.BaseSmallStatement]:
 
 
 def assigned(statement: Optional[cst.CSTNode]) -> Optional[cst.BaseAssignTargetExpression]:
-    """The target of ``target = value`` with exactly one target, or None."""
+    """The target of ``target = value`` (or ``target: annotation = value``) with exactly one target, or None."""
     if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
         return statement.targets[0].target
+    if isinstance(statement, cst.AnnAssign) and statement.value is not None:
+        return statement.target
     return None
 
 

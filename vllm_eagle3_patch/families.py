@@ -45,6 +45,10 @@ class Family:
     required: bool = False
     """A vLLM whose file cannot be patched is refused as a whole (DeepSeek, the tool's first
     purpose); otherwise the file is left alone and the other targets are still patched."""
+    forward_from: Optional["Family"] = None
+    """The family whose model's ``forward`` this family's model inherits (Qwen3.5's runs
+    Qwen3-Next's): here only the model's ``__init__`` and the causal LM are patched, and only
+    where that family's file is patchable too."""
 
 
 MODELS = "model_executor/models"
@@ -88,7 +92,17 @@ QWEN3_NEXT = Family(
     ids_on_the_class=True,  # qwen3_5.py's Qwen3_5Model (0.17.x) skips Qwen3NextModel.__init__
 )
 
-FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH, QWEN3_NEXT)
+QWEN3_5 = Family(
+    "Qwen3.5",
+    f"{MODELS}/qwen3_5.py",
+    "Qwen3_5Model",
+    "Qwen3_5ForCausalLMBase",  # the text-only Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM; the
+    # multimodal classes inherit Qwen3-VL's EAGLE-3 methods, which reach the same model
+    (),  # accepted as "qwen", like Qwen3-Next
+    forward_from=QWEN3_NEXT,
+)
+
+FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH, QWEN3_NEXT, QWEN3_5)
 
 GATE_ONLY_MODEL_TYPES = ("phi3",)
 """Families whose model already implements EAGLE-3 (Phi-3 and Phi-4-mini inherit it from

@@ -192,7 +192,8 @@ def run_forward(module: types.ModuleType, model_class: str, ids: tuple[int, ...]
     model.config = types.SimpleNamespace()
     model.aux_hidden_state_layers = ids
     embeds = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 1
-    with single_stage(module):
+    forward_module = importlib.import_module(type(model).forward.__module__)  # Qwen3.5's is Qwen3-Next's
+    with single_stage(module), single_stage(forward_module):
         output = model.forward(None, torch.zeros(2, dtype=torch.long), None, inputs_embeds=embeds)
     return output, received
 

@@ -353,3 +353,122 @@ def test_ids_declared_on_the_class_come_first_after_the_docstring(docstring: str
     assert f"class ToyModel(nn.Module):\n{docstring}{declared}\n    def __init__" in after
     assert "self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch" in after
     assert declared not in patch(code)  # only where the family asks for it
+
+
+UPSTREAM_INIT = '''\
+    def __init__(self, config):
+        super().__init__()
+        self.layers = make_layers(config)
+        self.aux_hidden_state_layers: tuple[int, ...] = ()
+'''
+
+UPSTREAM_COLLECTING_LOOP = '''\
+        aux_hidden_states = []
+        for layer_idx, layer in enumerate(
+            islice(self.layers, self.start_layer, self.end_layer),
+            start=self.start_layer,
+        ):
+            if layer_idx in self.aux_hidden_state_layers:
+                aux_hidden_states.append(
+                    hidden_states + residual if residual is not None else hidden_states
+                )
+            hidden_states, residual = layer(positions=positions, hidden_states=hidden_states, residual=residual)'''
+
+UPSTREAM_TAIL = NORM_TAIL.replace(
+    "        return hidden_states", "        if aux_hidden_states:\n            return hidden_states, aux_hidden_states\n        return hidden_states"
+)
+
+
+def upstream_collecting_source() -> str:
+    """Shaped like Qwen3-Next on 0.18-0.19: upstream's forward captures the ids, its causal LM lacks the methods."""
+    init = "    def __init__(self, config):\n        super().__init__()\n        self.layers = make_layers(config)\n"
+    return source(loop=UPSTREAM_COLLECTING_LOOP, tail=UPSTREAM_TAIL).replace(init, UPSTREAM_INIT)
+
+
+class TestUpstreamCollectingForward(CodemodTest):
+    TRANSFORM = as_codemod(DecoderEagle3)
+
+    def test_only_the_last_id_and_the_methods_are_added(self) -> None:
+        before = upstream_collecting_source()
+        capture_last = (
+            "        if self.end_layer in self.aux_hidden_state_layers:  # vllm-eagle3-patch\n"
+            "            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n"
+        )
+        after = (
+            before.replace("import SupportsPP\n", "import SupportsPP, SupportsEagle3  # vllm-eagle3-patch\n")
+            .replace("        hidden_states, _ = self.norm(", capture_last + "        hidden_states, _ = self.norm(")
+            .replace(
+                "class ToyForCausalLM(nn.Module, SupportsPP):", "class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch"
+            )
+            + METHODS
+        )
+        self.assertCodemod(before, after, TOY)
+
+
+def test_enumerated_loop_without_upstream_capture_keeps_its_index() -> None:
+    """``for i, layer in enumerate(<own layers>, start=self.start_layer)``: ``i`` is the global id."""
+    loop = UPSTREAM_COLLECTING_LOOP.split("        for ", 1)[1].split("            if layer_idx", 1)[0]
+    after = patch(source(loop="        for " + loop + "            hidden_states, residual = layer(hidden_states, residual)"))
+    assert "            if layer_idx in aux_layer_ids:  # vllm-eagle3-patch\n" in after
+    assert "aux_layer_idx" not in after
+
+
+CHILD = Family("Toy child", "model_executor/models/toy_child.py", "ChildModel", "ChildForCausalLM", (), forward_from=TOY)
+
+CHILD_SOURCE = '''\
+from .interfaces import SupportsPP
+from .toy import ToyModel
+
+
+class ChildModel(ToyModel):
+
+    def __init__(self, config):
+        super(ToyModel, self).__init__()
+        self.layers = make_layers(config)
+
+
+class ChildForCausalLM(nn.Module, SupportsPP):
+
+    def forward(self, x):
+        return self.model(x)
+'''
+
+
+class TestInheritedForward(CodemodTest):
+    TRANSFORM = as_codemod(DecoderEagle3)
+
+    def test_init_and_causal_lm_only(self) -> None:
+        """Shaped like Qwen3.5 on 0.17.x: its model runs Qwen3-Next's forward but skips its ``__init__``."""
+        after = (
+            CHILD_SOURCE.replace("import SupportsPP\n", "import SupportsPP, SupportsEagle3  # vllm-eagle3-patch\n")
+            .replace(
+                "        self.layers = make_layers(config)\n",
+                "        self.layers = make_layers(config)\n        self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch\n",
+            )
+            .replace("class ChildForCausalLM(nn.Module, SupportsPP):", "class ChildForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch")
+            + METHODS
+        )
+        self.assertCodemod(CHILD_SOURCE, after, CHILD)
+
+
+@pytest.mark.parametrize(
+    ("code", "model", "state", "reason"),
+    [
+        (CHILD_SOURCE, source(), State.UNPATCHED, "patchable"),
+        (CHILD_SOURCE, patch(source()), State.UNPATCHED, "patchable"),
+        (CHILD_SOURCE, source(loop="        pass"), State.UNSUPPORTED, "toy.py is unsupported: expected a loop"),
+        (CHILD_SOURCE, None, State.UNSUPPORTED, "toy.py is missing"),
+        (CHILD_SOURCE.replace("(ToyModel)", "(nn.Module)"), source(), State.UNSUPPORTED, "expected ChildModel to subclass ToyModel"),
+        (
+            CHILD_SOURCE.replace("\n\nclass ChildForCausalLM", "\n    def forward(self, x):\n        return x\n\n\nclass ChildForCausalLM"),
+            source(),
+            State.UNSUPPORTED,
+            "ChildModel defines its own forward",
+        ),
+    ],
+    ids=["parent-patchable", "parent-patched", "parent-unsupported", "parent-missing", "not-a-subclass", "own-forward"],
+)
+def test_an_inherited_forward_follows_its_family(code, model, state, reason):
+    files = {} if model is None else {"model": model}
+    verdict = DecoderTarget(CHILD).examine(code, reader(**files), Options())
+    assert verdict.state is state and reason in verdict.reason, verdict.reason

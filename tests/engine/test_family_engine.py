@@ -49,6 +49,11 @@ CANNOT_RUN = {
     "(unsqueeze(1)): 'ValueError: too many values to unpack (expected 2)'; its forward then needs Triton kernels "
     "(causal_conv1d_fn/update, the FLA chunk_gated_delta_rule and fused_recurrent_gated_delta_rule), unavailable "
     "on CPU (vllm.triton_utils.HAS_TRITON is False)",
+    "qwen3_5_text": "Qwen3.5 cannot run in vLLM 0.17.1 on CPU (not tried: no tiny target can be built, transformers "
+    "4.57.6 having no qwen3_5 model to build and check it with): its linear-attention layers are "
+    "Qwen3_5GatedDeltaNet, a Qwen3NextGatedDeltaNet subclass whose forward calls the same gdn_attention_core op, "
+    "so the same 3-D conv1d weight and Triton kernels (causal_conv1d, FLA's gated delta rule) stop it as they stop "
+    "Qwen3-Next; its patched code runs with stand-in layers instead (test_releases.py::test_qwen3_5_on_its_own_interpreter)",
 }
 """Families of ``families.py`` whose engine run is impossible on this machine kind, and why."""
 STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None

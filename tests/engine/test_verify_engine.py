@@ -14,6 +14,12 @@ from conftest import run_cli
 pytestmark = pytest.mark.engine
 
 RELEASE = "0.17.1"
+QWEN3_5_CHECKS = {
+    "Qwen3_5ForCausalLMBase supports EAGLE-3",
+    "Qwen3_5ForCausalLMBase.set_aux_hidden_state_layers() reaches the model",
+    "Qwen3_5Model.forward captures ids 0, 3 and n",
+}
+"""Only this interpreter imports qwen3_5.py (it needs torchvision): verify's static probe checks it here."""
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +45,8 @@ def test_verify_engine_fails_on_the_unpatched_release(tree, python):
     engine_checks = [c for c in report["checks"] if "drafter" in c["name"]]
     assert engine_checks and not any(c["ok"] for c in engine_checks)
     assert any("only supported for" in c["detail"] for c in engine_checks), engine_checks
+    failed = {c["name"] for c in report["checks"] if not c["ok"]}
+    assert QWEN3_5_CHECKS <= failed, failed
     plain = report["engine"]["runs"]["without a drafter"]
     assert plain["ok"], "without a drafter the unpatched engine still decodes"
 
@@ -53,3 +61,4 @@ def test_verify_engine_passes_once_applied(tree, python):
     assert drafted["accepted_tokens"] == drafted["draft_tokens"] > 0
     assert blind["accepted_tokens"] == 0 < blind["draft_tokens"]
     assert report["engine"]["layer_ids"] == [2, 4, 5]
+    assert QWEN3_5_CHECKS <= {c["name"] for c in report["checks"] if c["ok"]}

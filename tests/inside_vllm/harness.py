@@ -447,9 +447,12 @@ def decoder_stage(
     parallel_state = importlib.import_module("vllm.distributed.parallel_state")
     distributed_utils = importlib.import_module("vllm.distributed.utils")
 
+    forward_module = importlib.import_module(cls.forward.__module__)  # Qwen3.5's model runs Qwen3-Next's forward
+
     patcher = Patcher()
     try:
         patcher.setattr(module, "get_pp_group", lambda: pp_group)
+        patcher.setattr(forward_module, "get_pp_group", lambda: pp_group)
         patcher.setattr(parallel_state, "get_pp_group", lambda: pp_group)
         patcher.setattr(
             distributed_utils, "get_pp_indices", lambda *_args: (start_layer, end_layer)

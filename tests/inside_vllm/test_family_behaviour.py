@@ -1,4 +1,5 @@
-"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling, MiniMax-M2, LongCat-Flash).
+"""Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling,
+MiniMax-M2, LongCat-Flash, Qwen3-Next, Qwen3.5).
 
 The same spec as DeepSeek's (``test_eagle3_behaviour``), run on each family's real model
 class with stand-in layers: ``__init__`` starts with no ids; ``forward`` captures the input
@@ -43,6 +44,8 @@ class FamilyUnderTest:
     """The first release shipping the file: before it the family is absent, not a failure."""
     imports_on_cpu_from: Version | None = None
     """Where later than ``first_release``: the first release whose module imports without Triton."""
+    needs_torchvision: bool = False
+    """The module imports transformers' Qwen2-VL video processor, which needs torchvision."""
 
 
 FAMILIES = {
@@ -94,6 +97,19 @@ FAMILIES = {
         Version("0.10.2"),
         imports_on_cpu_from=Version("0.11.1"),
     ),
+    "qwen3_5": FamilyUnderTest(
+        DecoderFile(
+            f"{MODELS}.qwen3_5",
+            "Qwen3_5Model",  # runs Qwen3NextModel.forward, patched in qwen3_next.py
+            "Qwen3_5DecoderLayer",
+            norm="Qwen3_5RMSNorm",
+            config=(("layer_types", ["linear_attention", "full_attention"] * 32),),
+        ),
+        "Qwen3_5ForCausalLMBase",
+        (),  # accepted as "qwen" by the release's own gate
+        Version("0.17.0"),
+        needs_torchvision=True,
+    ),
     "gemma3": FamilyUnderTest(
         DecoderFile(f"{MODELS}.gemma3", "Gemma3Model", "Gemma3DecoderLayer", norm="GemmaRMSNorm"),
         "Gemma3ForCausalLM",
@@ -124,6 +140,13 @@ def native(spec: importlib.machinery.ModuleSpec, family: FamilyUnderTest) -> boo
     return getter or "SupportsEagle3" in bases(family.causal_lm) or "EagleModelMixin" in bases(family.decoder.model)
 
 
+TORCHVISION_MISSING = (
+    "{module} imports transformers' Qwen2-VL video processor, which needs torchvision, absent from this "
+    "interpreter (PyPI's torchvision does not load beside the local CPU torch): the outer suite runs these "
+    "tests in the engine interpreter (PyPI's torch and torchvision), test_releases.py::test_qwen3_5_on_its_own_interpreter"
+)
+
+
 @pytest.fixture(params=sorted(FAMILIES))
 def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
     chosen = FAMILIES[request.param]
@@ -133,6 +156,8 @@ def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
     if spec is None:
         assert VERSION < chosen.first_release, f"{chosen.decoder.module} missing from vLLM {VERSION}"
         pytest.skip(f"vLLM {VERSION} has no {chosen.decoder.module} (first shipped in {chosen.first_release})")
+    if chosen.needs_torchvision and importlib.util.find_spec("torchvision") is None:
+        pytest.skip(TORCHVISION_MISSING.format(module=chosen.decoder.module))
     if chosen.imports_on_cpu_from and VERSION < chosen.imports_on_cpu_from:
         pytest.skip(
             f"vLLM {VERSION}'s {chosen.decoder.module} cannot be imported without Triton: it loads its FLA kernels "
@@ -247,23 +272,46 @@ def test_gemma3_multimodal_wrapper_delegates() -> None:
         assert_captured(stage.run(), stage, ref, (1, 6))
 
 
+def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
+    """``Qwen3_5ForConditionalGeneration`` (what Qwen3.5 checkpoints load as) inherits Qwen3-VL's
+    EAGLE-3 methods, which set the ids on ``language_model.model``: a ``Qwen3_5Model`` running
+    the forward patched in ``qwen3_next.py``.  Upstream's default ids, not this tool's."""
+    qwen3_5 = FAMILIES["qwen3_5"]
+    spec = importlib.util.find_spec(qwen3_5.decoder.module)
+    if spec is None or native(spec, qwen3_5):
+        pytest.skip(f"vLLM {VERSION} has no {qwen3_5.decoder.module} for this tool to patch")
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip(TORCHVISION_MISSING.format(module=qwen3_5.decoder.module))
+    module = importlib.import_module(qwen3_5.decoder.module)
+    with decoder_stage(qwen3_5.decoder, 8) as stage:
+        wrapper = object.__new__(module.Qwen3_5ForConditionalGeneration)
+        nn.Module.__init__(wrapper)
+        wrapper.language_model = harness.causal_lm_shell("Qwen3_5ForCausalLM", stage.model, qwen3_5.decoder.module)
+        supports_eagle3 = _supports_eagle3()
+        assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
+        wrapper.set_aux_hidden_state_layers((0, 4, 8))
+        assert stage.model.aux_hidden_state_layers == (0, 4, 8)
+        ref = reference_forward(stage)
+        assert_captured(stage.run(), stage, ref, (0, 4, 8))
+
+
 @pytest.mark.parametrize(
-    "model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "qwen3_next", "phi3"]
+    "model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "qwen3_next", "qwen3_5", "qwen3_5_text", "phi3"]
 )
 def test_gate_accepts_the_families(model_type: str) -> None:
-    """Every release accepts every family's type, but Qwen3-Next's only where it exists: the
-    release's own whitelist accepts it as "qwen" (0.8.5-0.10.0's llama-only gate would not)."""
-    if model_type == "qwen3_next" and importlib.util.find_spec(FAMILIES["qwen3_next"].decoder.module) is None:
-        pytest.skip(f"vLLM {VERSION} has no Qwen3-Next")
+    """Every release accepts every family's type, but Qwen3-Next's and Qwen3.5's only where they
+    exist: the release's own whitelist accepts them as "qwen" (0.8.5-0.10.0's llama-only gate would not)."""
+    family = FAMILIES.get(model_type.removesuffix("_text"))
+    if family is not None and not family.model_types and importlib.util.find_spec(family.decoder.module) is None:
+        pytest.skip(f"vLLM {VERSION} has no {family.decoder.module}")
     harness.run_speculative_gate(model_type)
 
 
 def test_a_subclass_that_skips_init_runs_the_patched_forward_unchanged() -> None:
     """0.17.x's ``Qwen3_5Model`` inherits ``Qwen3NextModel.forward`` but skips its ``__init__``
     (``super(Qwen3NextModel, self).__init__()``): it must find the ids the patch declares on
-    the class and decode exactly as before.  Stood in for by a subclass of the same shape:
-    ``qwen3_5.py`` itself imports transformers' Qwen2-VL video processor, which needs
-    torchvision, and PyPI's torchvision does not load beside this interpreter's CPU torch."""
+    the class and decode exactly as before, even where ``qwen3_5.py`` itself is left alone.
+    Stood in for by a subclass of the same shape, so that it runs without torchvision."""
     qwen3_next = FAMILIES["qwen3_next"]
     spec = importlib.util.find_spec(qwen3_next.decoder.module)
     if spec is None or VERSION < qwen3_next.imports_on_cpu_from or not patched_by_the_tool(spec):

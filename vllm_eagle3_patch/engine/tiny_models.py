@@ -118,6 +118,7 @@ TARGETS: dict[str, TinyTarget] = {
             # the scaled embedding outweighs the layers at 0.2: the target would repeat its last token
             "initializer_range": 0.02,
         },
+        wrappers=("gemma3-mm",),
     ),
     "phi3": TinyTarget(  # vLLM's Phi3ForCausalLM is Llama's, EAGLE-3 included: only the gate keeps it out
         "Phi3ForCausalLM",
@@ -220,7 +221,28 @@ class TextOnlyMediaProcessor(BaseImageProcessor):
 '''
 
 
-WRAPPERS = {"kimi-k25": build_kimi_k25}
+def build_gemma3_mm(directory: Path, target: Path) -> None:
+    """The same Gemma 3 text model inside transformers' own ``Gemma3ForConditionalGeneration``,
+    beside a tiny random SigLIP tower: what Gemma 3 checkpoints load as in vLLM (its
+    ``gemma3_mm.py`` wrapper).  The engine runs it with no images per prompt."""
+    import transformers
+
+    text = transformers.Gemma3ForCausalLM.from_pretrained(target).float().eval()
+    config = transformers.Gemma3Config(
+        text_config=text.config.to_dict(),
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+        mm_tokens_per_image=4,  # (28 // 14) ** 2 patches, pooled 1 to 1
+        boi_token_index=VOCAB - 3,
+        eoi_token_index=VOCAB - 2,
+        image_token_index=VOCAB - 1,
+    )  # fmt: skip
+    model = transformers.Gemma3ForConditionalGeneration(config).float().eval()
+    model.model.language_model.load_state_dict(text.model.state_dict())
+    model.save_pretrained(directory, safe_serialization=True)
+    build_tokenizer(directory)
+
+
+WRAPPERS = {"kimi-k25": build_kimi_k25, "gemma3-mm": build_gemma3_mm}
 
 
 def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:

@@ -179,11 +179,71 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
     def test_fixed_aux_layers(self) -> None:
         after = patch(source(), aux_layers=(1, 5, 9))
         assert "layers = (1, 5, 9)  # vllm-eagle3-patch apply --aux-layers" in after
+        assert "must lie in 0..{num_layers}" in after
 
     def test_the_decoder_attribute_comes_from_the_family(self) -> None:
         family = Family("Toy", TOY.path, "ToyModel", "ToyForCausalLM", ("toy",), decoder="self.backbone")
         after = DecoderEagle3(family).transform_module(cst.parse_module(source())).code
         assert after.endswith(methods_as_added("self.backbone")), after
+
+
+def test_slice_loop_and_four_argument_call_keep_their_names():
+    loop = '''\
+        for block in self.layers[self.start_layer:self.end_layer]:
+            h, r = block(positions, h, r, llama_4_scaling)'''
+    code = source(loop=loop).replace("hidden_states, residual = intermediate_tensors", "h, r = intermediate_tensors")
+    code = code.replace("self.norm(hidden_states, residual)", "self.norm(h, r)").replace("return hidden_states\n\n\nclass", "return h\n\n\nclass")
+    code = code.replace("hidden_states, _ = self.norm", "h, _ = self.norm")
+    out = patch(code)
+    assert "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):" in out
+    assert "aux_hidden_states.append(h if r is None else h + r)" in out
+    assert "return h, aux_hidden_states" in out
+    compile(out, "patched", "exec")
+
+
+@pytest.mark.parametrize(
+    "imports",
+    [
+        "from .interfaces import SupportsPP",
+        "from .interfaces import (SupportsLoRA,\n                         SupportsPP)",
+        "from .interfaces import (\n    SupportsLoRA,\n    SupportsPP,\n)",
+    ],
+)
+def test_protocol_joins_the_existing_interfaces_import_of_any_shape(imports):
+    out = patch(source(imports=imports))
+    header = out.split("class ToyModel")[0]
+    assert header.count("from .interfaces import") == 1
+    assert "SupportsEagle3" in header and "SupportsPP" in header
+    compile(out, "patched", "exec")
+
+
+@pytest.mark.parametrize(
+    ("bases", "expected"),
+    [
+        ("nn.Module, SupportsPP", "class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):"),
+        (
+            "\n    nn.Module, SupportsPP, SupportsLoRA\n",
+            "class ToyForCausalLM(\n    nn.Module, SupportsPP, SupportsLoRA, SupportsEagle3\n):",
+        ),
+        (
+            "\n    nn.Module,\n    SupportsPP,\n",
+            "class ToyForCausalLM(\n    nn.Module,\n    SupportsPP,\n    SupportsEagle3,\n):",
+        ),
+    ],
+)
+def test_protocol_base_keeps_the_layout_of_the_bases(bases, expected):
+    assert expected in patch(source(bases=bases))
+
+
+def test_crlf_sources_stay_crlf():
+    out = patch(source().replace("\n", "\r\n"))
+    assert "\n" not in out.replace("\r\n", "")
+
+
+def test_comments_above_the_loop_stay_above_the_new_lines():
+    loop = "        # run the decoder layers\n" + ISLICE_LOOP
+    out = patch(source(loop=loop))
+    assert "        # run the decoder layers\n        aux_hidden_states = []" in out
 
 
 REFUSED = [
@@ -221,6 +281,18 @@ REFUSED = [
         id="name-taken",
     ),
     pytest.param(source().replace("class ToyForCausalLM", "class OtherForCausalLM"), "ToyForCausalLM", id="no-causal-lm"),
+    pytest.param(source().replace("class ToyModel", "class ToyNet"), "class ToyModel", id="no-model"),
+    pytest.param(source() + "\n\nclass ToyModel:\n    pass\n", "found 2", id="two-models"),
+    pytest.param(
+        source().replace("residual = intermediate_tensors", "residual = aux_layer_idx = intermediate_tensors"),
+        "aux_layer_idx",
+        id="index-name-taken",
+    ),
+    pytest.param(
+        source().replace("residual = intermediate_tensors", "residual = aux_layer_ids = intermediate_tensors"),
+        "aux_layer_ids",
+        id="ids-name-taken",
+    ),
 ]
 
 RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"

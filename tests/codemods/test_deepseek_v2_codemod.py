@@ -1,9 +1,9 @@
-"""Edge cases of the DeepSeek-V2 codemod on small synthetic sources (no vLLM code here)."""
+"""DeepSeek-V2/V3 through the generic decoder codemod, on a small synthetic source (no vLLM code here):
+the whole patched text, written out, and its target's verdicts.  The codemod's edge cases, for every
+family, are in ``test_decoder_eagle3_codemod.py``."""
 
 from __future__ import annotations
 
-
-import libcst as cst
 import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
@@ -47,11 +47,6 @@ ISLICE_LOOP = '''\
 
 def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, bases="nn.Module, SupportsPP"):
     return MODEL_TEMPLATE.format(imports=imports, loop=loop, bases=bases)
-
-
-def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
-    codemod = DecoderEagle3(DEEPSEEK_V2, protocol=protocol, aux_layers=aux_layers)
-    return codemod.transform_module(cst.parse_module(code)).code
 
 
 class TestDeepseekV2Eagle3(CodemodTest):
@@ -123,77 +118,6 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
         self.assertCodemod(source(), after, DEEPSEEK_V2)
 
 
-def test_slice_loop_and_four_argument_call_keep_their_names():
-    loop = '''\
-        for block in self.layers[self.start_layer:self.end_layer]:
-            h, r = block(positions, h, r, llama_4_scaling)'''
-    code = source(loop=loop).replace("hidden_states, residual = intermediate_tensors", "h, r = intermediate_tensors")
-    code = code.replace("self.norm(hidden_states, residual)", "self.norm(h, r)").replace("return hidden_states\n\n\nclass", "return h\n\n\nclass")
-    code = code.replace("hidden_states, _ = self.norm", "h, _ = self.norm")
-    out = patch(code)
-    assert "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):" in out
-    assert "aux_hidden_states.append(h if r is None else h + r)" in out
-    assert "return h, aux_hidden_states" in out
-    compile(out, "patched", "exec")
-
-
-@pytest.mark.parametrize(
-    "imports",
-    [
-        "from .interfaces import SupportsPP",
-        "from .interfaces import (SupportsLoRA,\n                         SupportsPP)",
-        "from .interfaces import (\n    SupportsLoRA,\n    SupportsPP,\n)",
-    ],
-)
-def test_protocol_joins_the_existing_interfaces_import_of_any_shape(imports):
-    out = patch(source(imports=imports))
-    header = out.split("class DeepseekV2Model")[0]
-    assert header.count("from .interfaces import") == 1
-    assert "SupportsEagle3" in header and "SupportsPP" in header
-    compile(out, "patched", "exec")
-
-
-@pytest.mark.parametrize(
-    ("bases", "expected"),
-    [
-        ("nn.Module, SupportsPP", "class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):"),
-        (
-            "\n    nn.Module, SupportsPP, SupportsLoRA\n",
-            "class DeepseekV2ForCausalLM(\n    nn.Module, SupportsPP, SupportsLoRA, SupportsEagle3\n):",
-        ),
-        (
-            "\n    nn.Module,\n    SupportsPP,\n",
-            "class DeepseekV2ForCausalLM(\n    nn.Module,\n    SupportsPP,\n    SupportsEagle3,\n):",
-        ),
-    ],
-)
-def test_protocol_base_keeps_the_layout_of_the_bases(bases, expected):
-    assert expected in patch(source(bases=bases))
-
-
-def test_without_the_protocol_no_base_and_no_import():
-    out = patch(source(), protocol=False)
-    assert "SupportsEagle3" not in out
-    assert "def get_eagle3_aux_hidden_state_layers" in out
-
-
-def test_fixed_aux_layers_are_written_and_checked():
-    out = patch(source(), aux_layers=(1, 29, 57))
-    assert "layers = (1, 29, 57)" in out
-    assert "must lie in 0..{num_layers}" in out
-
-
-def test_crlf_sources_stay_crlf():
-    out = patch(source().replace("\n", "\r\n"))
-    assert "\n" not in out.replace("\r\n", "")
-
-
-def test_comments_above_the_loop_stay_above_the_new_lines():
-    loop = "        # run the decoder layers\n" + ISLICE_LOOP
-    out = patch(source(loop=loop))
-    assert "        # run the decoder layers\n        aux_hidden_states = []" in out
-
-
 def examine(code: str):
     read = lambda path: "class SupportsEagle3(Protocol): ..." if "interfaces" in path else "set_aux_hidden_state_layers"
     return TARGET.examine(code, read, Options())
@@ -204,17 +128,11 @@ def examine(code: str):
     [
         (lambda s: s.replace("class DeepseekV2Model", "class DeepseekV2Net"), "class DeepseekV2Model"),
         (lambda s: s.replace(ISLICE_LOOP, "        pass"), "a loop over self.layers"),
-        (lambda s: s.replace(ISLICE_LOOP, ISLICE_LOOP + "\n" + ISLICE_LOOP), "found 2"),
-        (lambda s: s.replace("self.start_layer, self.end_layer", "0, self.end_layer"), "a loop over self.layers"),
-        (lambda s: s.replace("self.norm(", "self.final_norm("), "self.norm"),
-        (lambda s: s.replace("hidden_states, residual = layer(", "out = layer("), "decoder layer call"),
-        (lambda s: s + "\n\nclass DeepseekV2Model:\n    pass\n", "found 2"),
-        (lambda s: s.replace("residual = intermediate_tensors", "residual = aux_layer_idx = intermediate_tensors"), "aux_layer_idx"),
-        (lambda s: s.replace("residual = intermediate_tensors", "residual = aux_layer_ids = intermediate_tensors"), "aux_layer_ids"),
         (lambda s: s.replace("def forward(self, x):", "def forward(self, x:"), "not valid Python"),
     ],
 )
 def test_unrecognised_sources_are_refused_with_the_reason(mutation, reason):
+    """Through DeepSeek's own target (the generic codemod's edge cases: test_decoder_eagle3_codemod.py)."""
     verdict = examine(mutation(source()))
     assert verdict.state is State.UNSUPPORTED
     assert reason in verdict.reason

@@ -48,6 +48,9 @@ class FamilyUnderTest:
     """The module imports transformers' Qwen2-VL video processor, which needs torchvision."""
 
 
+HYBRID_LAYERS = (("layer_types", ["linear_attention", "full_attention"] * 32),)
+"""What Qwen3-Next's and Qwen3.5's configs say of each layer (their ``__init__`` picks the layer kind by it)."""
+
 FAMILIES = {
     "glm4_moe": FamilyUnderTest(
         DecoderFile(f"{MODELS}.glm4_moe", "Glm4MoeModel", "Glm4MoeDecoderLayer"),
@@ -90,7 +93,7 @@ FAMILIES = {
             "Qwen3NextModel",
             "Qwen3NextDecoderLayer",
             norm="Qwen3NextRMSNorm",
-            config=(("layer_types", ["linear_attention", "full_attention"] * 32),),
+            config=HYBRID_LAYERS,
         ),
         "Qwen3NextForCausalLM",
         (),  # accepted as "qwen" by the release's own gate
@@ -103,7 +106,7 @@ FAMILIES = {
             "Qwen3_5Model",  # runs Qwen3NextModel.forward, patched in qwen3_next.py
             "Qwen3_5DecoderLayer",
             norm="Qwen3_5RMSNorm",
-            config=(("layer_types", ["linear_attention", "full_attention"] * 32),),
+            config=HYBRID_LAYERS,
         ),
         "Qwen3_5ForCausalLMBase",
         (),  # accepted as "qwen" by the release's own gate
@@ -149,7 +152,12 @@ TORCHVISION_MISSING = (
 
 @pytest.fixture(params=sorted(FAMILIES))
 def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
-    chosen = FAMILIES[request.param]
+    return patched_here(request.param)
+
+
+def patched_here(name: str) -> FamilyUnderTest:
+    """The family ``name``, or a skip saying why its patched code cannot run in this release and interpreter."""
+    chosen = FAMILIES[name]
     spec = importlib.util.find_spec(chosen.decoder.module)
     if spec is not None and native(spec, chosen):
         pytest.skip(f"vLLM {VERSION}'s {chosen.causal_lm} implements EAGLE-3 itself (native)")
@@ -276,12 +284,7 @@ def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
     """``Qwen3_5ForConditionalGeneration`` (what Qwen3.5 checkpoints load as) inherits Qwen3-VL's
     EAGLE-3 methods, which set the ids on ``language_model.model``: a ``Qwen3_5Model`` running
     the forward patched in ``qwen3_next.py``.  Upstream's default ids, not this tool's."""
-    qwen3_5 = FAMILIES["qwen3_5"]
-    spec = importlib.util.find_spec(qwen3_5.decoder.module)
-    if spec is None or native(spec, qwen3_5):
-        pytest.skip(f"vLLM {VERSION} has no {qwen3_5.decoder.module} for this tool to patch")
-    if importlib.util.find_spec("torchvision") is None:
-        pytest.skip(TORCHVISION_MISSING.format(module=qwen3_5.decoder.module))
+    qwen3_5 = patched_here("qwen3_5")
     module = importlib.import_module(qwen3_5.decoder.module)
     with decoder_stage(qwen3_5.decoder, 8) as stage:
         wrapper = object.__new__(module.Qwen3_5ForConditionalGeneration)

@@ -9,11 +9,9 @@ upstream did in 0.18.0; every other target takes the branch it took before.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
-from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import (
+from vllm_eagle3_patch.codemod.cst_tools import (
     assigned,
     cst,
     find,
@@ -28,9 +26,11 @@ from vllm_eagle3_patch.cst_tools import (
     sole_statement,
     statements,
 )
-from vllm_eagle3_patch.target import Options, ReadFile, SingleFileTarget, Verdict
+from vllm_eagle3_patch.codemod.judge import judge
+from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Verdict
+from vllm_eagle3_patch.eagle3.release import PROPOSER, Release
 
-PATH = "v1/spec_decode/eagle.py"
+PATH = PROPOSER
 KIMI_K25_MODEL = "model_executor/models/kimi_k25.py"
 WRAPPER = "KimiK25ForConditionalGeneration"
 LOAD_MODEL = "load_model"
@@ -122,13 +122,11 @@ class EagleProposerTarget(SingleFileTarget):
     name = "EAGLE proposer"
     path = PATH
 
-    def locate(self, package_dir: Path) -> Optional[str]:
+    def locate(self, release: Release) -> Optional[str]:
         """A target only where vLLM has Kimi-K2.5 at all."""
-        if (package_dir / KIMI_K25_MODEL).is_file() and (package_dir / PATH).is_file():
-            return PATH
-        return None
+        return PATH if release.exists(KIMI_K25_MODEL) and release.exists(PATH) else None
 
-    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+    def examine(self, source: str, release: Release, options: Options) -> Verdict:
         return judge(source, KimiK25MediaToken, native=_native, reads=lambda function: function.name == LOAD_MODEL)
 
 

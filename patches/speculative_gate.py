@@ -12,18 +12,17 @@ lives in ``SpeculativeConfig``, in a different file per release, in one of two s
 
 0.18.0-0.21.x list the DeepSeek types themselves but none of the families' (nor ``phi3``),
 so their whitelist is widened too; from 0.22.0 there is no whitelist, only
-``supports_eagle3`` (native).  The families' types come from :mod:`vllm_eagle3_patch.families`.
+``supports_eagle3`` (native).  The types to admit come from the registry (``gated_model_types``).
 
 Everything the gate accepted before is still accepted.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable, Optional
 
-from vllm_eagle3_patch.codemod import judge
-from vllm_eagle3_patch.cst_tools import (
+from vllm_eagle3_patch.codemod.cst_tools import (
     append_items,
     assigned,
     cst,
@@ -39,15 +38,10 @@ from vllm_eagle3_patch.cst_tools import (
     sole_statement,
     top_level_class,
 )
-from vllm_eagle3_patch.families import gated_model_types
-from vllm_eagle3_patch.target import Options, ReadFile, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.judge import judge
+from vllm_eagle3_patch.codemod.target import Options, Policy, Unrecognised, Verdict
+from vllm_eagle3_patch.eagle3.release import GATE_FILES, GATE_SIGNS, WHITELISTS, Release
 
-CANDIDATES = ("config/speculative.py", "config/__init__.py", "config.py")
-WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
-"""The whitelist's name: the first until 0.16.0, the second from 0.17.0 (EAGLE-3 and hidden-state extraction)."""
-GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
-MODEL_TYPES = gated_model_types()
-"""Every type the patched gate accepts besides the release's own: DeepSeek's first, then the families'."""
 CONFIG = "SpeculativeConfig"
 READ_WORDS = (*GATE_SIGNS, "llama")
 """Words of the methods of ``SpeculativeConfig`` the codemod and the native check read: the gate's."""
@@ -77,14 +71,18 @@ def _whitelists(config: cst.ClassDef) -> list[cst.SimpleStatementLine]:
     return find_statements(config, cst.SimpleStatementLine, _is_whitelist)
 
 
-def _not_accepted(line: cst.SimpleStatementLine) -> list[str]:
-    """The :data:`MODEL_TYPES` the whitelist on ``line`` rejects (its entries match by substring)."""
+def _not_accepted(line: cst.SimpleStatementLine, model_types: tuple[str, ...]) -> list[str]:
+    """The ``model_types`` the whitelist on ``line`` rejects (its entries match by substring)."""
     listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
-    return [t for t in MODEL_TYPES if not any(entry in t for entry in listed)]
+    return [t for t in model_types if not any(entry in t for entry in listed)]
 
 
+@dataclass(frozen=True)
 class SpeculativeGate:
-    """Add :data:`MODEL_TYPES` to whichever EAGLE-3 target gate ``SpeculativeConfig`` has."""
+    """Add ``model_types`` to whichever EAGLE-3 target gate ``SpeculativeConfig`` has."""
+
+    model_types: tuple[str, ...]
+    """Every type the patched gate accepts besides the release's own: DeepSeek's first, then the families'."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         config = top_level_class(tree, CONFIG)
@@ -99,24 +97,24 @@ class SpeculativeGate:
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
         assign: cst.Assign = line.body[0]  # type: ignore[assignment]
         listed: cst.List = assign.value  # type: ignore[assignment]
-        new = [cst.Element(cst.SimpleString(f'"{t}"')) for t in _not_accepted(line)]
+        new = [cst.Element(cst.SimpleString(f'"{t}"')) for t in _not_accepted(line, self.model_types)]
         extended = listed.with_changes(elements=append_items(listed.elements, new))
         return mark_line(line.with_deep_changes(assign, value=extended))
 
     def open_llama_gate(self, gate: cst.If) -> cst.If:
         (comparison,) = find(gate.test, cst.Comparison, _is_llama_only)
         model_type = cst.Module([]).code_for_node(comparison.comparisons[0].comparator)
-        accepted = ", ".join(f'"{t}"' for t in ("llama", *MODEL_TYPES))
+        accepted = ", ".join(f'"{t}"' for t in ("llama", *self.model_types))
         opened = cst.parse_expression(f"not any(supported in {model_type} for supported in ({accepted}))")
         test = replace_node(gate.test, comparison, opened)
         return mark(gate.with_changes(test=test))  # type: ignore[return-value]
 
 
-def _native(module: cst.Module, source: str) -> Optional[str]:
+def _native(module: cst.Module, source: str, model_types: tuple[str, ...]) -> Optional[str]:
     if "eagle3" in source and not any(sign in source for sign in GATE_SIGNS):
         return "no EAGLE-3 target whitelist in this release"
     for line in _whitelists(top_level_class(module, CONFIG)):
-        if not _not_accepted(line):
+        if not _not_accepted(line, model_types):
             return "the EAGLE-3 whitelist already accepts DeepSeek-V2/V3, Kimi-K2 and every family's model type"
     return None
 
@@ -131,26 +129,20 @@ def _require_eagle3(source: str) -> Callable[[], None]:
 
 class SpeculativeGateTarget:
     name = "speculative-config gate"
-    required = False
-    optional = False
-    default_path = CANDIDATES[0]
+    policy = Policy.BLOCKING
+    default_path = GATE_FILES[0]
 
-    def locate(self, package_dir: Path) -> Optional[str]:
-        existing = [c for c in CANDIDATES if (package_dir / c).is_file()]
-        for candidate in existing:
-            text = (package_dir / candidate).read_text(encoding="utf-8", errors="replace")
-            if any(sign in text for sign in GATE_SIGNS):
-                return candidate
-        return existing[0] if existing else None
+    def __init__(self, model_types: tuple[str, ...]) -> None:
+        self.model_types = model_types
 
-    def examine(self, source: str, read: ReadFile, options: Options) -> Verdict:
+    def locate(self, release: Release) -> Optional[str]:
+        return release.gate_file
+
+    def examine(self, source: str, release: Release, options: Options) -> Verdict:
         return judge(
             source,
-            SpeculativeGate,
-            native=lambda module: _native(module, source),
+            lambda: SpeculativeGate(self.model_types),
+            native=lambda module: _native(module, source, self.model_types),
             preconditions=_require_eagle3(source),
             reads=lambda function: function.cls == CONFIG and any(word in function.text for word in READ_WORDS),
         )
-
-
-TARGET = SpeculativeGateTarget()

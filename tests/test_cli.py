@@ -172,8 +172,8 @@ def test_a_failing_write_changes_nothing(release):
 def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     from vllm_eagle3_patch import changes
     from vllm_eagle3_patch.errors import ToolError
-    from vllm_eagle3_patch.locate import from_package_dir
-    from vllm_eagle3_patch.target import Options
+    from vllm_eagle3_patch.codemod.target import Options
+    from vllm_eagle3_patch.install.locate import from_package_dir
 
     package_dir = release("0.11.0")
     untouched = tree_digest(package_dir.parent)

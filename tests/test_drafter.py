@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from vllm_eagle3_patch import layer_ids
-from vllm_eagle3_patch.drafter import (
+from vllm_eagle3_patch.eagle3.release import DRAFTER_IDS_FIELD
+from vllm_eagle3_patch.eagle3 import layer_ids
+from vllm_eagle3_patch.drafters.drafter_config import (
     Convention,
     DrafterIds,
     Location,
@@ -20,9 +21,9 @@ from vllm_eagle3_patch.drafter import (
 )
 from vllm_eagle3_patch.errors import ToolError
 
-SPECFORGE_DEEPSEEK_V3 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {layer_ids.FIELD: [1, 29, 57]}}
-SPECFORGE_KIMI_K2 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {layer_ids.FIELD: [2, 30, 58]}}
-TOP_LEVEL = {"architectures": ["LlamaForCausalLMEagle3"], layer_ids.FIELD: [3, 31, 59]}
+SPECFORGE_DEEPSEEK_V3 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {DRAFTER_IDS_FIELD: [1, 29, 57]}}
+SPECFORGE_KIMI_K2 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {DRAFTER_IDS_FIELD: [2, 30, 58]}}
+TOP_LEVEL = {"architectures": ["LlamaForCausalLMEagle3"], DRAFTER_IDS_FIELD: [3, 31, 59]}
 
 
 def write(tmp_path, config):
@@ -36,7 +37,7 @@ def write(tmp_path, config):
         (SPECFORGE_DEEPSEEK_V3, Location.EAGLE_CONFIG, (1, 29, 57)),
         (TOP_LEVEL, Location.TOP_LEVEL, (3, 31, 59)),
         ({"architectures": ["LlamaForCausalLMEagle3"]}, Location.ABSENT, None),
-        ({**TOP_LEVEL, "eagle_config": {layer_ids.FIELD: [1, 2, 3]}}, Location.TOP_LEVEL, (3, 31, 59)),
+        ({**TOP_LEVEL, "eagle_config": {DRAFTER_IDS_FIELD: [1, 2, 3]}}, Location.TOP_LEVEL, (3, 31, 59)),
     ],
 )
 def test_where_the_ids_are(tmp_path, config, location, ids):

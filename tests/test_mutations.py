@@ -18,26 +18,29 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from lifting import lift_method
-from vllm_eagle3_patch.patches.deepseek_v2 import TARGET
-from vllm_eagle3_patch.target import Options, State
+from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.eagle3.release import Release
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderTarget
+from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
+from vllm_eagle3_patch.registry import DEEPSEEK_V2, gated_model_types
+from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGateTarget
 from wheel_corpus import release_tree
 
 RELEASES = ("0.10.1", "0.13.0", "0.17.1")
 PATH = "model_executor/models/deepseek_v2.py"
 
 
-def read_release(version: str):
-    package_dir = release_tree(version) / "vllm"
+TARGET = DecoderTarget(DEEPSEEK_V2)
+KIMI_TARGET = WrapperTarget(DEEPSEEK_V2)
+GATE_TARGET = SpeculativeGateTarget(gated_model_types())
 
-    def read(relative: str):
-        path = package_dir / relative
-        return path.read_text() if path.exists() else None
 
-    return read
+def read_release(version: str) -> Release:
+    return Release(release_tree(version) / "vllm")
 
 
 READERS = {version: read_release(version) for version in RELEASES}
-SOURCES = {version: READERS[version](PATH) for version in RELEASES}
+SOURCES = {version: READERS[version].read(PATH) for version in RELEASES}
 LOOP = re.compile(r"^([ \t]+)for layer in (islice\(self\.layers, self\.start_layer, self\.end_layer\)|self\.layers\[self\.start_layer:self\.end_layer\]):$", re.M)
 
 
@@ -308,9 +311,7 @@ def assert_wrapper_delegates(patched: str) -> None:
     mutations=st.lists(st.sampled_from(KIMI_HARMLESS + KIMI_REFUSED), min_size=1, max_size=3, unique=True),
 )
 def test_mutated_kimi_wrappers_delegate_or_are_refused(version, mutations):
-    from vllm_eagle3_patch.patches.kimi_k25 import TARGET as KIMI_TARGET
-
-    source = READERS[version](KIMI)
+    source = READERS[version].read(KIMI)
     for mutate in sorted(mutations, key=lambda m: m is crlf):
         source = mutate(source)
     verdict = KIMI_TARGET.examine(source, READERS[version], Options())
@@ -349,11 +350,8 @@ def whitelist_values(patched: str) -> list[str]:
     mutations=st.lists(st.sampled_from([crlf, tabs, reflow_whitelist, duplicate_whitelist]), min_size=1, max_size=3, unique=True),
 )
 def test_mutated_gates_accept_the_new_types_or_are_refused(version, mutations):
-    from vllm_eagle3_patch.patches.speculative_gate import MODEL_TYPES
-    from vllm_eagle3_patch.patches.speculative_gate import TARGET as GATE_TARGET
-
     read = READERS.setdefault(version, read_release(version))
-    original = read(GATE)
+    original = read.read(GATE)
     source = original
     for mutate in sorted(mutations, key=lambda m: m is crlf):
         source = mutate(source)
@@ -365,5 +363,5 @@ def test_mutated_gates_accept_the_new_types_or_are_refused(version, mutations):
     compile(verdict.patched, GATE, "exec")
     accepted = whitelist_values(verdict.patched)
     assert set(whitelist_values(original)) <= set(accepted)
-    for model_type in MODEL_TYPES:
+    for model_type in gated_model_types():
         assert any(entry in model_type for entry in accepted), model_type

@@ -6,10 +6,11 @@ import libcst as cst
 import pytest
 from wheel_corpus import ALL_RELEASES, release_tree
 
-from vllm_eagle3_patch import codemod
-from vllm_eagle3_patch.outline import Outline, outline
-from vllm_eagle3_patch.plan import load_targets
-from vllm_eagle3_patch.target import Options, State
+from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.codemod.outline import Outline, outline
+from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.eagle3.release import Release
+from vllm_eagle3_patch.registry import TARGETS
 
 SAMPLE = '''\
 """A module."""
@@ -114,19 +115,19 @@ def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_fr
 ):
     """The real files: outlined and whole, each codemod must say and write exactly the same."""
     package_dir = release_tree(version) / "vllm"
-    read = lambda relative: (package_dir / relative).read_text(encoding="utf-8", errors="replace")  # noqa: E731
+    release = Release(package_dir)
     compared = 0
-    for target in load_targets():
-        path = target.locate(package_dir)
+    for target in TARGETS:
+        path = target.locate(release)
         if path is None:
             continue
         source = (package_dir / path).read_text(encoding="utf-8")
         _, restored = round_trip(source)
         assert restored == source, f"{version} {path}: outline round trip"
-        outlined = target.examine(source, read, Options(aux_layers=(1, 2, 3)))
+        outlined = target.examine(source, release, Options(aux_layers=(1, 2, 3)))
         with monkeypatch.context() as whole:
-            whole.setattr(codemod, "outline", lambda source, reads: Outline(source, (), ""))
-            parsed_whole = target.examine(source, read, Options(aux_layers=(1, 2, 3)))
+            whole.setattr(judge, "outline", lambda source, reads: Outline(source, (), ""))
+            parsed_whole = target.examine(source, release, Options(aux_layers=(1, 2, 3)))
         assert (outlined.state, outlined.reason) == (parsed_whole.state, parsed_whole.reason), f"{version} {path}"
         assert outlined.patched == parsed_whole.patched, f"{version} {path}: patched text differs"
         compared += outlined.state is State.UNPATCHED

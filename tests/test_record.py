@@ -345,7 +345,7 @@ def test_no_sequence_of_edits_applies_and_reverts_loses_what_record_describes(se
 def test_the_owner_is_found_by_what_it_installs_and_the_last_one_written_wins(tmp_path):
     """Synthetic dist-infos: a name starting with ``vllm`` is not enough, and of two distributions
     that installed ``vllm/`` (one over the other) the one whose RECORD was written last counts."""
-    from vllm_eagle3_patch.locate import from_package_dir
+    from vllm_eagle3_patch.install.locate import from_package_dir
 
     (tmp_path / "vllm").mkdir()
     (tmp_path / "vllm" / "__init__.py").write_text("")

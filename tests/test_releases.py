@@ -11,7 +11,8 @@ import environments
 from conftest import record_mismatches, run_cli, run_inside, tree_digest
 from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
-from vllm_eagle3_patch.families import FAMILIES
+from vllm_eagle3_patch.codemod.target import Policy
+from vllm_eagle3_patch.registry import FAMILIES
 
 
 def status(package_dir) -> dict:
@@ -69,7 +70,7 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 
-FAMILY_FILES = {f.path for f in FAMILIES if not f.required} | {f.wrapper.path for f in FAMILIES if f.wrapper}
+FAMILY_FILES = {f.path for f in FAMILIES if f.policy is not Policy.REQUIRED} | {f.wrapper.path for f in FAMILIES if f.wrapper}
 NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
 UPSTREAM_FROM = {

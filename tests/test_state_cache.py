@@ -9,8 +9,9 @@ from pathlib import Path
 
 from conftest import run_cli
 
-from vllm_eagle3_patch.state_cache import StateCache
-from vllm_eagle3_patch.target import Options, State, Verdict
+from vllm_eagle3_patch.codemod.target import Options, State, Verdict
+from vllm_eagle3_patch.codemod.verdict_cache import StateCache
+from vllm_eagle3_patch.eagle3.release import Release
 
 RUNNER = "v1/worker/gpu_model_runner.py"
 MODEL = "model_executor/models/deepseek_v2.py"
@@ -91,19 +92,19 @@ class CountingTarget:
     def __init__(self) -> None:
         self.calls = 0
 
-    def examine(self, source, read, options):
+    def examine(self, source, release, options):
         self.calls += 1
-        read("beside.py")
+        release.read("beside.py")
         return Verdict(State.UNPATCHED, f"patchable ({len(source)} chars)")
 
 
 def test_the_key_holds_the_tool_source_the_text_and_the_options(tmp_path):
     target = CountingTarget()
     beside = {"beside.py": "x = 1\n"}
-    read = beside.get
+    release = Release(tmp_path, lambda relative: beside.get(relative))
 
     def ask(fingerprint: str, source: str = "a = 1\n", options: Options = Options()) -> Verdict:
-        return StateCache(tmp_path, lambda: fingerprint).examine(target, source, read, options)
+        return StateCache(tmp_path, lambda: fingerprint).examine(target, source, release, options)
 
     assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)")
     assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)") and target.calls == 1

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from . import __version__
+from .codemod.target import Options, State
 from .errors import ToolError
-from .fileio import drop_bytecode, write_atomically
-from .manifest import FileRecord, Manifest, StateDir, sha256
-from .locate import VllmInstall
+from .install.fileio import drop_bytecode, write_atomically
+from .install.locate import VllmInstall
+from .install.manifest import FileRecord, Manifest, StateDir, sha256
+from .install.record import Comparison, RecordCheck, compare_original
 from .plan import Plan, make_plan
-from .record import Check, Comparison, compare_with_record
-from .target import Options, State
 
 LOCK_WAIT_SECONDS = 10.0
 
@@ -36,7 +36,7 @@ class Outcome:
     files: tuple[str, ...] = ()
     originals: dict[str, str] = field(default_factory=dict)
     """How the original of every file named in the manifest compares with RECORD
-    (``Check`` values): what ``apply`` kept, or what ``revert`` put back."""
+    (``RecordCheck`` values): what ``apply`` kept, or what ``revert`` put back."""
 
 
 @contextmanager
@@ -84,7 +84,7 @@ def apply(install: VllmInstall, options: Options, accept_modified: bool = False)
 
 def _left_alone(plan: Plan) -> str:
     """Files apply does not touch that were edited since install: the user should hear of them."""
-    edited = [f.path for f in plan.files if not f.changes and f.installed and f.installed.check is Check.MODIFIED]
+    edited = [f.path for f in plan.files if not f.changes and f.installed and f.installed.check is RecordCheck.MODIFIED]
     return f"; left alone, modified since install: {', '.join(edited)}" if edited else ""
 
 
@@ -105,7 +105,7 @@ def _write_patches(plan: Plan) -> Outcome:
     for file in plan.files:
         if file.changes:
             assert file.original is not None and file.desired is not None
-            accepted = file.installed is not None and file.installed.check is Check.ACCEPTED
+            accepted = file.installed is not None and file.installed.check is RecordCheck.ACCEPTED
             record = FileRecord(sha256(file.original), sha256(file.desired), accepted)
             if not _backup_holds(state_dir, previous, file.path, record):
                 backups.append((file.path, file.original))
@@ -143,7 +143,7 @@ def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: Stat
         backup = state_dir.backup_path(path).read_bytes()
     except OSError:
         return
-    if _compare(install, path, sha256(backup)).check is Check.MATCHES and _compare(install, path, digest).check is not Check.MATCHES:
+    if _compare(install, path, sha256(backup)).check is RecordCheck.MATCHES and _compare(install, path, digest).check is not RecordCheck.MATCHES:
         raise ToolError(
             f"{install.package_dir / path}: its backup is vLLM's original and the file differs from the installed "
             f"vLLM {install.version} (RECORD); `revert --force` restores the original. Nothing was changed"
@@ -152,10 +152,7 @@ def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: Stat
 
 def _compare(install: VllmInstall, path: str, digest: str, record: Optional[FileRecord] = None) -> Comparison:
     """The original's comparison with RECORD, as the manifest's ``accepted_modified`` tells it."""
-    comparison = compare_with_record(install.record, path, digest)
-    if record is not None and record.accepted_modified and comparison.check is Check.MODIFIED:
-        return Comparison(Check.ACCEPTED, comparison.detail)
-    return comparison
+    return compare_original(install.record, path, digest, record is not None and record.accepted_modified)
 
 
 def _backup_holds(state_dir: StateDir, manifest: Optional[Manifest], path: str, record: FileRecord) -> bool:
@@ -194,11 +191,11 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
 
 def _restored_note(install: VllmInstall, restored: dict[str, Comparison]) -> str:
     """Whether what revert put back is what the installer wrote."""
-    differing = sorted(path for path, c in restored.items() if c.check in (Check.MODIFIED, Check.ACCEPTED))
+    differing = sorted(path for path, c in restored.items() if c.check in (RecordCheck.MODIFIED, RecordCheck.ACCEPTED))
     if differing:
         verb = "differs" if len(differing) == 1 else "differ"
         return f"; {', '.join(differing)} {verb} from the installed vLLM {install.version} (RECORD): edited before apply"
-    if restored and all(c.check is Check.MATCHES for c in restored.values()):
+    if restored and all(c.check is RecordCheck.MATCHES for c in restored.values()):
         return "; they match its RECORD"
     return "; they cannot be checked against a RECORD"
 

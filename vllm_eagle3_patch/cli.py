@@ -15,11 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, doctor, drafter, layer_ids, render, verify
+from . import __version__, changes, render
+from .codemod.target import Options, State
+from .drafters import doctor, drafter_config
+from .eagle3 import layer_ids
 from .errors import ToolError
-from .locate import VllmInstall, from_interpreter, from_package_dir
+from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
-from .target import Options, State
+from .verification import verify
 
 PROG = "vllm-eagle3-patch"
 
@@ -100,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     apply.add_argument(
         "--ids-convention",
-        choices=[c.value for c in drafter.Convention],
+        choices=[c.value for c in drafter_config.Convention],
         help="with --aux-layers-from: the drafter's ids name layer inputs (vllm) or layer outputs "
         "(sglang, SpecForge: vLLM's ids are each one higher)",
     )
@@ -183,8 +186,8 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.ids_convention and not args.aux_layers_from:
         args.usage_error("--ids-convention needs --aux-layers-from")
     if args.aux_layers_from:
-        explicit = drafter.Convention(args.ids_convention) if args.ids_convention else None
-        chosen = drafter.ids_for_apply(args.aux_layers_from, explicit)
+        explicit = drafter_config.Convention(args.ids_convention) if args.ids_convention else None
+        chosen = drafter_config.ids_for_apply(args.aux_layers_from, explicit)
         aux_layers = chosen.ids
         if not args.quiet and not args.json:
             print(chosen.explanation)

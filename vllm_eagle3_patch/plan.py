@@ -5,21 +5,18 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from . import __version__
+from .codemod.target import Options, Policy, State, Target, Verdict
+from .codemod.verdict_cache import StateCache, default_directory
+from .eagle3.release import Release
 from .errors import ToolError
-from .families import DEEPSEEK_V2
-from .locate import VllmInstall
-from .manifest import FileRecord, Manifest, StateDir, sha256
-from .record import Check, Comparison, compare_with_record
-from .state_cache import StateCache, default_directory
-from .target import Options, ReadFile, State, Target, Verdict
+from .install.locate import VllmInstall
+from .install.manifest import FileRecord, Manifest, StateDir, sha256
+from .install.record import Comparison, RecordCheck, compare_original
+from .registry import DEEPSEEK_V2, TARGETS
 
 
 @dataclass(frozen=True)
@@ -52,6 +49,8 @@ class Plan:
     files: tuple[FilePlan, ...]
     manifest: Optional[Manifest]
     options: Options
+    release: Release
+    """The tree's files and what they say, read once: for the codemods, ``verify`` and ``doctor``."""
 
     @property
     def state(self) -> State:
@@ -78,14 +77,6 @@ class Plan:
         return StateDir(package_dir).load() == self.manifest
 
 
-def load_targets() -> tuple[Target, ...]:
-    """Every ``TARGET`` in the ``patches`` package, in module-name order (``_helpers`` skipped)."""
-    from . import patches
-
-    names = sorted(info.name for info in pkgutil.iter_modules(patches.__path__) if not info.name.startswith("_"))
-    return tuple(importlib.import_module(f"{patches.__name__}.{name}").TARGET for name in names)
-
-
 def make_plan(
     install: VllmInstall,
     options: Optional[Options] = None,
@@ -105,22 +96,22 @@ def make_plan(
     recorded = Options(aux_layers=manifest.aux_layers if manifest else None)
     if options is None or options.aux_layers is None:
         options = recorded
-    read = reader(install.package_dir)
+    release = Release(install.package_dir)
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
-    originals = Originals(install, accept_modified)
+    context = FileContext(release, state_dir, options, recorded, examine, Originals(install, accept_modified))
     files = []
-    for target in load_targets():
-        path = target.locate(install.package_dir)
+    for target in TARGETS:
+        path = target.locate(release)
         if path is None:
-            if target.required:
+            if target.policy is Policy.REQUIRED:
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
         manifested = manifest.files.get(path) if manifest else None
-        planned = _plan_file(target, path, read, state_dir, manifested, options, recorded, examine, originals)
-        files.append(replace(planned, optional=target.optional))
+        planned = _plan_file(context, target, path, manifested)
+        files.append(replace(planned, optional=target.policy is Policy.OPTIONAL))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
-    return Plan(install, tuple(files), manifest, options)
+    return Plan(install, tuple(files), manifest, options, release)
 
 
 @dataclass(frozen=True)
@@ -130,11 +121,8 @@ class Originals:
     install: VllmInstall
     accept_modified: bool
 
-    def compare(self, path: str, data: bytes) -> Comparison:
-        return self.compare_digest(path, sha256(data))
-
-    def compare_digest(self, path: str, digest: str) -> Comparison:
-        return compare_with_record(self.install.record, path, digest)
+    def compare(self, path: str, digest: str, accepted_modified: bool = False) -> Comparison:
+        return compare_original(self.install.record, path, digest, accepted_modified)
 
     @property
     def differs(self) -> str:
@@ -145,40 +133,64 @@ class Originals:
         return f"`pip install --force-reinstall --no-deps {name}=={self.install.version}`"
 
 
-def _plan_file(
-    target: Target,
-    path: str,
-    read: ReadFile,
-    state_dir: StateDir,
-    manifested: Optional[FileRecord],
-    options: Options,
-    recorded: Options,
-    examine: Examine,
-    originals: Originals,
-) -> FilePlan:
+Examine = Callable[[Target, str, Release, Options], Verdict]
+"""How a plan asks a target about a file: ``_examine``, or ``StateCache.examine`` for states alone."""
+
+
+def _examine(target: Target, source: str, release: Release, options: Options) -> Verdict:
+    return target.examine(source, release, options)
+
+
+def _text(verdict: Verdict) -> Optional[bytes]:
+    """The patched text (None: there is none, or only the state was asked for)."""
+    return verdict.patched.encode("utf-8") if verdict.patched is not None else None
+
+
+@dataclass(frozen=True)
+class FileContext:
+    """What planning every file shares: the tree, its state, the options, how to ask a target."""
+
+    release: Release
+    state_dir: StateDir
+    options: Options
+    recorded: Options
+    """The options of the last ``apply`` (its manifest's)."""
+    examine: Examine
+    originals: Originals
+
+    def verdict(self, target: Target, data: bytes) -> Verdict:
+        try:
+            source = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return Verdict(State.UNSUPPORTED, "not UTF-8 text")
+        return self.examine(target, source, self.release, self.options)
+
+
+def _plan_file(context: FileContext, target: Target, path: str, manifested: Optional[FileRecord]) -> FilePlan:
+    state_dir, originals = context.state_dir, context.originals
     current = (state_dir.package_dir / path).read_bytes()
     if manifested is not None and sha256(current) == manifested.sha256_after:
         original = state_dir.read_backup(path, manifested)
         # Re-run the codemod only when the options changed: status stays a hash check.
-        desired = current if options == recorded else _text(_decoded(examine, target, original, read, options))
-        installed = _accepted(manifested) or originals.compare_digest(path, manifested.sha256_before)
+        desired = current if context.options == context.recorded else _text(context.verdict(target, original))
+        installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
         reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
         return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
-    verdict = _decoded(examine, target, current, read, options)
+    verdict = context.verdict(target, current)
     if verdict.state is State.PATCHED:
         if manifested is not None:
             reason = "changed since vllm-eagle3-patch applied it"
             return FilePlan(path, target.name, State.MODIFIED, reason, current, refusal=f"{reason}; run `revert --force` first")
         return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
-    installed = originals.compare(path, current)
-    if installed.check is Check.MODIFIED:
-        if manifested is not None and originals.compare_digest(path, manifested.sha256_before).check is Check.MATCHES:
+    installed = originals.compare(path, sha256(current))
+    if installed.check is RecordCheck.MODIFIED:
+        if manifested is not None and originals.compare(path, manifested.sha256_before).check is RecordCheck.MATCHES:
             # Edited after apply, marks and all: the backup is vLLM's original, these bytes never replace it.
             reason = f"changed since vllm-eagle3-patch applied it (its marks are gone) and {originals.differs}"
             refusal = f"{reason}; `revert --force` restores vLLM's original"
             return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
         if originals.accept_modified:
-            installed = Comparison(Check.ACCEPTED, f"{installed.detail}, taken as the original (--accept-modified)")
+            installed = originals.compare(path, sha256(current), accepted_modified=True)
         elif verdict.state is State.UNPATCHED:
             reason = f"modified since install: {originals.differs}"
             refusal = (
@@ -192,51 +204,13 @@ def _plan_file(
     return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed)
 
 
-def _accepted(manifested: FileRecord) -> Optional[Comparison]:
-    if not manifested.accepted_modified:
-        return None
-    return Comparison(Check.ACCEPTED, "differed from RECORD, taken as the original (--accept-modified)")
-
-
 def _original_note(installed: Comparison, originals: Originals, subject: str) -> str:
     """What a file's reason says about its original (``subject``: the file itself, or its backup)."""
-    if installed.check is Check.MODIFIED:
+    if installed.check is RecordCheck.MODIFIED:
         return f"; {subject}modified since install: {originals.differs}"
-    if installed.check is Check.ACCEPTED:
+    if installed.check is RecordCheck.ACCEPTED:
         return f"; {subject}modified since install, accepted with --accept-modified ({originals.differs})"
     return ""
-
-
-Examine = Callable[[Target, str, ReadFile, Options], Verdict]
-"""How a plan asks a target about a file: ``_examine``, or ``StateCache.examine`` for states alone."""
-
-
-def _examine(target: Target, source: str, read: ReadFile, options: Options) -> Verdict:
-    return target.examine(source, read, options)
-
-
-def _decoded(examine: Examine, target: Target, data: bytes, read: ReadFile, options: Options) -> Verdict:
-    try:
-        source = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return Verdict(State.UNSUPPORTED, "not UTF-8 text")
-    return examine(target, source, read, options)
-
-
-def _text(verdict: Verdict) -> Optional[bytes]:
-    """The patched text (None: there is none, or only the state was asked for)."""
-    return verdict.patched.encode("utf-8") if verdict.patched is not None else None
-
-
-def reader(package_dir: Path) -> ReadFile:
-    @lru_cache(maxsize=None)
-    def read(relative: str) -> Optional[str]:
-        try:
-            return (package_dir / relative).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-
-    return read
 
 
 _PRECEDENCE = (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED, State.NATIVE)

@@ -10,11 +10,10 @@ import os
 import sys
 from typing import Any, TextIO
 
+from .codemod.target import State
+from .install.record import RecordCheck
 from .plan import Plan
-from .release_facts import reads_drafter_ids
-from .verify import Report
-from .record import Check
-from .target import State
+from .verification.verify import Report
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -69,7 +68,7 @@ def originals_line(plan: Plan) -> str:
     install = plan.install
     if install.record is None:
         return "originals: cannot be checked (no RECORD beside the package: an editable or source install?)"
-    unchecked = [f.path for f in plan.files if f.installed is not None and f.installed.check is Check.UNCHECKED]
+    unchecked = [f.path for f in plan.files if f.installed is not None and f.installed.check is RecordCheck.UNCHECKED]
     line = f"originals: checked against {install.record.path}"
     if unchecked:
         line += f" (not {', '.join(unchecked)}: {next(f.installed.detail for f in plan.files if f.path == unchecked[0])})"
@@ -80,7 +79,7 @@ def aux_layers_text(plan: Plan) -> str:
     """The ids the patched target hands over; a drafter's own win only where the release reads them."""
     aux = plan.options.aux_layers
     text = ", ".join(map(str, aux)) if aux is not None else "(2, n // 2, n - 3)"
-    if reads_drafter_ids(plan.install.package_dir):
+    if plan.release.reads_drafter_ids:
         return text + ", unless the drafter's config has top-level ids"
     return text + " (this vLLM ignores a drafter's ids)"
 

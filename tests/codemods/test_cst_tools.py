@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from vllm_eagle3_patch.cst_tools import MARK, add_import, find, replace_node, walk
+from vllm_eagle3_patch.codemod.cst_tools import MARK, add_import, find, replace_node, walk
 
 PACKAGE = "vllm.model_executor.models"
 INTERFACES = f"{PACKAGE}.interfaces"

@@ -7,10 +7,15 @@ import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.families import Family, Wrapper
-from vllm_eagle3_patch.patches._eagle3_methods import DEFAULT_GETTER, GETTER, eagle3_methods
-from vllm_eagle3_patch.patches._decoder_eagle3 import DecoderEagle3, DecoderTarget, WrapperEagle3, WrapperTarget
-from vllm_eagle3_patch.target import Options, State
+from pathlib import Path
+
+from vllm_eagle3_patch.codemod.family import Family, Wrapper
+from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
+from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
+from wrapper_sources import WRAPPER_SOURCE
 
 TOY = Family(
     "Toy",
@@ -307,7 +312,7 @@ def reader(runner=RUNNER_WITH_EAGLE3, interfaces=INTERFACES_WITH_PROTOCOL, **fil
         "model_executor/models/interfaces.py": interfaces,
         **{TOY.path if name == "model" else name: text for name, text in files.items()},
     }
-    return known.get
+    return Release(Path("/nowhere"), known.get)
 
 
 @pytest.mark.parametrize(("code", "reason"), REFUSED)
@@ -364,55 +369,6 @@ def test_protocol_follows_the_release():
     without = DecoderTarget(TOY).examine(source(), reader(interfaces="class SupportsPP: ..."), Options())
     assert without.state is State.UNPATCHED and "SupportsEagle3" not in without.patched
     assert "SupportsEagle3" in DecoderTarget(TOY).examine(source(), reader(), Options()).patched
-
-
-WRAPPER_SOURCE = '''\
-from .interfaces import SupportsMultiModal
-
-
-class ToyForConditionalGeneration(nn.Module, SupportsMultiModal):
-
-    def __init__(self, vllm_config):
-        self.language_model = init_vllm_registered_model(vllm_config)
-'''
-
-
-class TestWrapperEagle3(CodemodTest):
-    TRANSFORM = as_codemod(WrapperEagle3)
-
-    def test_wrapper_delegates_to_its_language_model(self) -> None:
-        after = '''\
-from .interfaces import SupportsMultiModal, SupportsEagle3  # vllm-eagle3-patch
-
-
-class ToyForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsEagle3):  # vllm-eagle3-patch
-
-    def __init__(self, vllm_config):
-        self.language_model = init_vllm_registered_model(vllm_config)
-
-    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch
-        self.language_model.set_aux_hidden_state_layers(layers)
-
-    def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:  # vllm-eagle3-patch
-        return self.language_model.get_eagle3_aux_hidden_state_layers()
-'''
-        self.assertCodemod(WRAPPER_SOURCE, after, TOY.wrapper)
-
-
-@pytest.mark.parametrize(
-    ("model", "state", "reason"),
-    [
-        (source(), State.UNPATCHED, "patchable"),
-        (patch(source()), State.UNPATCHED, "patchable"),
-        (source(loop="        pass"), State.UNSUPPORTED, "toy.py is unsupported: expected a loop"),
-        (None, State.UNSUPPORTED, "toy.py is missing"),
-    ],
-    ids=["model-patchable", "model-patched", "model-unsupported", "model-missing"],
-)
-def test_the_wrapper_follows_its_language_model(model, state, reason):
-    files = {} if model is None else {"model": model}
-    verdict = WrapperTarget(TOY).examine(WRAPPER_SOURCE, reader(**files), Options())
-    assert verdict.state is state and reason in verdict.reason, verdict.reason
 
 
 @pytest.mark.parametrize("docstring", ["", '    """The decoder."""\n'])

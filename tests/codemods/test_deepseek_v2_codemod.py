@@ -8,10 +8,14 @@ import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.families import DEEPSEEK_V2
-from vllm_eagle3_patch.patches._decoder_eagle3 import DecoderEagle3
-from vllm_eagle3_patch.patches.deepseek_v2 import TARGET
-from vllm_eagle3_patch.target import Options, State
+from pathlib import Path
+
+from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.eagle3.release import Release
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+from vllm_eagle3_patch.registry import DEEPSEEK_V2
+
+TARGET = DecoderTarget(DEEPSEEK_V2)
 
 MODEL_TEMPLATE = '''\
 {imports}
@@ -120,7 +124,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
 
 def examine(code: str):
     read = lambda path: "class SupportsEagle3(Protocol): ..." if "interfaces" in path else "set_aux_hidden_state_layers"
-    return TARGET.examine(code, read, Options())
+    return TARGET.examine(code, Release(Path("/nowhere"), read), Options())
 
 
 @pytest.mark.parametrize(

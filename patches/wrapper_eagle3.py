@@ -1,0 +1,111 @@
+"""A family's multimodal wrapper becomes an EAGLE-3 target (Gemma 3's, Kimi-K2.5's).
+
+The model runner asks ``supports_eagle3(get_model())``, and for a multimodal checkpoint that
+is the wrapper, not the language model inside.  The wrapper gains ``SupportsEagle3`` (where
+the release has it) and both methods, under the names the release's runner calls:
+
+- handed on to the language model, a causal LM that the family's patch gives both methods
+  (``init_vllm_registered_model(...)`` or the family's causal LM: Gemma 3, Kimi-K2.5 from 0.16.0);
+- acting on it directly where ``__init__`` builds the family's bare model
+  (``self.language_model = DeepseekV2Model(...)``: Kimi-K2.5 on 0.15.x), as the causal LM's do
+  on ``self.model``.
+
+It is patched only where the family's model file is patchable (the methods rely on it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from vllm_eagle3_patch.codemod.cst_tools import (
+    add_base,
+    add_import,
+    add_methods,
+    assigned,
+    cst,
+    find_statements,
+    is_name,
+    is_self_attribute,
+    method,
+    only,
+    replace_child,
+    sole_statement,
+    top_level_class,
+)
+from vllm_eagle3_patch.codemod.family import Family, Wrapper
+from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
+from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Unrecognised, Verdict
+from vllm_eagle3_patch.eagle3.release import GETTER, PACKAGE, PROTOCOL, Release
+from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
+from vllm_eagle3_patch.patches.eagle3_methods import delegating_methods, eagle3_methods
+
+
+@dataclass(frozen=True)
+class WrapperEagle3:
+    """Give a multimodal wrapper ``SupportsEagle3`` and both methods, for its language model.
+
+    ``bare_model``: the family's model class, which the wrapper may build as its language model
+    itself (then the methods act on it); ``aux_layers``: fixed ids for that case's getter.
+    """
+
+    wrapper: Wrapper
+    bare_model: str
+    protocol: bool = True
+    getter: str = GETTER
+    aux_layers: Optional[tuple[int, ...]] = None
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        cls = top_level_class(tree, self.wrapper.cls)
+        inner = self.wrapper.language_model
+        if _builds(cls, inner, self.bare_model):
+            methods = eagle3_methods(inner, self.aux_layers, self.getter)
+        else:
+            methods = delegating_methods(inner, self.getter)
+        new = add_base(cls, PROTOCOL) if self.protocol else cls
+        tree = replace_child(tree, cls, add_methods(new, methods, tree))
+        if self.protocol:
+            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
+        return tree
+
+
+def _builds(cls: cst.ClassDef, attribute: str, model: str) -> bool:
+    """Whether ``__init__``'s one ``<attribute> = <callee>(...)`` line builds ``model`` itself;
+    a wrapper that never sets its language model there is not one this codemod knows."""
+    name = attribute.removeprefix("self.")
+
+    def sets_language_model(line: cst.SimpleStatementLine) -> bool:
+        statement = sole_statement(line)
+        target = assigned(statement)
+        return target is not None and is_self_attribute(target, name) and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
+
+    lines = find_statements(method(cls, "__init__"), cst.SimpleStatementLine, sets_language_model)
+    line = only(lines, f"`{attribute} = ...(...)` in {cls.name.value}.__init__")
+    return is_name(line.body[0].value.func, model)  # type: ignore[attr-defined]
+
+
+class WrapperTarget(SingleFileTarget):
+    """A family's multimodal wrapper: patched only where the family's model file is patchable."""
+
+    def __init__(self, family: Family) -> None:
+        assert family.wrapper is not None, f"{family.name} has no multimodal wrapper"
+        self.family = family
+        self.wrapper = family.wrapper
+        self.name = f"{family.name} multimodal wrapper"
+        self.path = family.wrapper.path
+        self.policy = family.wrapper_policy
+
+    def examine(self, source: str, release: Release, options: Options) -> Verdict:
+        def codemod() -> WrapperEagle3:
+            interface = release.interface
+            if interface is None:
+                raise Unrecognised(release.no_eagle3)
+            return WrapperEagle3(self.wrapper, self.family.model, interface.protocol, interface.getter, options.aux_layers)
+
+        return judge(
+            source,
+            codemod,
+            native=lambda module: declares_eagle3(module, self.wrapper.cls, (PROTOCOL,)),
+            preconditions=lambda: require_patchable(self.family, release, options),  # the methods rely on it
+            reads=lambda function: function.cls == self.wrapper.cls and function.name == "__init__",
+        )

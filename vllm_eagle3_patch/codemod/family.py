@@ -1,0 +1,58 @@
+"""What the registry says about a model family: the data the decoder and wrapper codemods read.
+
+A family is a vLLM model file whose decoder-only model has the usual pipeline-parallel loop
+(``self.layers`` from ``self.start_layer`` to ``self.end_layer``, each layer returning
+``hidden_states, residual``) and a causal-LM class holding that model in ``self.model``.
+``patches/decoder_eagle3.py`` and ``patches/wrapper_eagle3.py`` turn it into targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .target import Policy
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A multimodal class whose language model is the family's causal LM (or its bare model)."""
+
+    path: str
+    """Relative to ``vllm/``."""
+    cls: str
+    language_model: str = "self.language_model"
+    """The attribute holding the language model: the family's ``causal_lm`` (the methods are
+    handed on to it), or in some releases its bare ``model`` (the methods act on it directly)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    path: str
+    """The model file, relative to ``vllm/``."""
+    model: str
+    """The decoder class whose ``forward`` loops over the layers (e.g. ``Gemma3Model``)."""
+    causal_lm: str
+    """The class vLLM's runner holds (it and its subclasses gain ``SupportsEagle3``)."""
+    model_types: tuple[str, ...]
+    """``hf_text_config.model_type`` values the speculative-config gate must accept."""
+    decoder: str = "self.model"
+    """Where ``causal_lm`` keeps its ``model`` instance."""
+    wrapper: Optional[Wrapper] = None
+    ids_on_the_class: bool = False
+    """Also declare the empty ids on the model class, for subclasses in other files that run
+    its ``forward`` but skip its ``__init__`` (Qwen3.5's model and Qwen3-Next's)."""
+    policy: Policy = Policy.OPTIONAL
+    """``REQUIRED``: a vLLM whose file cannot be patched is refused as a whole (DeepSeek, the
+    tool's first purpose); ``OPTIONAL``: the file is left alone and the other targets are still patched."""
+    forward_from: Optional["Family"] = None
+    """The family whose model's ``forward`` this family's model inherits (Qwen3.5's runs
+    Qwen3-Next's): here only the model's ``__init__`` and the causal LM are patched, and only
+    where that family's file is patchable too."""
+
+    @property
+    def wrapper_policy(self) -> Policy:
+        """A wrapper of the required family must be patchable where it exists (Kimi-K2.5 serves
+        DeepSeek-V3); any other family's wrapper is left alone like the family's own file."""
+        return Policy.BLOCKING if self.policy is Policy.REQUIRED else Policy.OPTIONAL

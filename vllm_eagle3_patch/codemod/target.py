@@ -1,0 +1,115 @@
+"""What a target is (one place in vLLM this tool may change), and what a codemod says about a file.
+
+The registry (``vllm_eagle3_patch.registry``) lists the targets; each has ``locate`` and
+``examine``.  The plan never knows what a patch changes; it only reads, asks, and writes.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Optional, Protocol
+
+from ..eagle3.release import Release
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from .outline import Outline
+
+MARKER = "vllm-eagle3-patch"
+"""The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
+
+
+class State(str, enum.Enum):
+    """The state of one target file, and of the whole installation."""
+
+    UNPATCHED = "unpatched"
+    PATCHED = "patched"
+    NATIVE = "native"
+    UNSUPPORTED = "unsupported"
+    MODIFIED = "modified"
+
+
+class Policy(str, enum.Enum):
+    """What a file this tool cannot patch means for the rest of the run."""
+
+    REQUIRED = "required"
+    """The tool's first purpose (DeepSeek): a release without a patchable file is refused as a whole."""
+    BLOCKING = "blocking"
+    """Where the file exists, it must be patchable, or nothing is patched (the gate, Kimi-K2.5's wrapper)."""
+    OPTIONAL = "optional"
+    """A model family a user of another family does not need: left alone where it cannot be
+    patched, the other targets still patched (see :func:`plan.overall_state`)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose for this run; every codemod gets the same options."""
+
+    aux_layers: Optional[tuple[int, ...]] = None
+    """Layer ids ``get_eagle3_aux_hidden_state_layers`` returns; None: the upstream default."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A codemod's answer for one source text.
+
+    ``tree`` is the patched module when the state is UNPATCHED (and when it is PATCHED with
+    this tool's marks, it is None: the codemod cannot rebuild the original); ``outline``
+    puts back the function bodies it was parsed without.
+    """
+
+    state: State
+    reason: str
+    tree: Optional[cst.Module] = None
+    outline: Optional[Outline] = None
+
+    @cached_property
+    def patched(self) -> Optional[str]:
+        """The patched text, written out only when asked: ``status`` never needs it, and
+        writing out a module costs about as much as its transform."""
+        if self.tree is None:
+            return None
+        code = self.tree.code if self.outline is None else self.outline.restore(self.tree.code)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # vLLM's own invalid escapes are not ours to report
+            compile(code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
+        return code
+
+
+class Target(Protocol):
+    """One place in vLLM that this tool may change."""
+
+    name: str
+    """Short human name, e.g. "DeepSeek-V2/V3 model"."""
+    policy: Policy
+    default_path: str
+    """Where the file usually is, to name it when it is missing."""
+
+    def locate(self, release: Release) -> Optional[str]:
+        """The file's path relative to ``vllm/`` in this release, or None if it has no such file."""
+
+    def examine(self, source: str, release: Release, options: Options) -> Verdict:
+        """Classify ``source`` and, when it is patchable, return the patched text."""
+
+
+class SingleFileTarget:
+    """A target that is one file at a fixed path, present or not in a given release."""
+
+    path: str
+    name: str
+    policy = Policy.BLOCKING
+
+    @property
+    def default_path(self) -> str:
+        return self.path
+
+    def locate(self, release: Release) -> Optional[str]:
+        return self.path if release.exists(self.path) else None
+
+
+class Unrecognised(Exception):
+    """Raised inside a codemod when the source lacks the structure it expects."""

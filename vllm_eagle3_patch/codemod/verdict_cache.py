@@ -1,0 +1,111 @@
+"""Remember what ``status`` found in a file it has judged before.
+
+On an unpatched tree ``status`` must run the codemods to tell "patchable" from
+"unsupported", and importing LibCST and parsing cost about half a second: more than a
+health check should.  The answer depends only on the file's bytes, the files its patch
+target read beside it, the options and this tool's own code (LibCST's included), so it is
+kept under the user's cache directory keyed by all of them; a later ``status`` answers from
+hashes without importing LibCST.  Only states and reasons are kept: ``diff`` and ``apply``
+always run the codemods, so nothing read from this cache ever reaches a vLLM file.
+
+The directory is ``$VLLM_EAGLE3_PATCH_VERDICT_CACHE`` (empty: no cache), else
+``$XDG_CACHE_HOME/vllm-eagle3-patch/states`` or ``~/.cache/vllm-eagle3-patch/states``.
+A cache that cannot be read or written is simply not used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..eagle3.release import ReadFile, Release
+from ..install.fileio import write_atomically
+from .target import Options, State, Target, Verdict
+
+ENVIRONMENT_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
+
+
+def default_directory() -> Optional[Path]:
+    if ENVIRONMENT_VARIABLE in os.environ:
+        return Path(os.environ[ENVIRONMENT_VARIABLE]) if os.environ[ENVIRONMENT_VARIABLE] else None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "vllm-eagle3-patch" / "states"
+
+
+@lru_cache(maxsize=None)
+def tool_fingerprint() -> str:
+    """A hash of every source file that decides a verdict: this package (the registry and its
+    codemods included), LibCST's version."""
+    from .. import patches
+
+    package = Path(__file__).parent.parent
+    sources = [*package.rglob("*.py"), *Path(patches.__path__[0]).glob("*.py")]
+    digest = hashlib.sha256()
+    libcst = importlib.machinery.PathFinder.find_spec("libcst")  # not find_spec: LibCST stays unimported
+    if libcst is not None and libcst.origin is not None:
+        sources.append(Path(libcst.origin).parent / "_version.py")
+    for source in sorted(sources):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+class StateCache:
+    """Verdicts (state and reason) by the hash of everything they depend on."""
+
+    def __init__(self, directory: Optional[Path], fingerprint: Callable[[], str] = tool_fingerprint) -> None:
+        self.directory = directory
+        self._fingerprint = fingerprint
+
+    def examine(self, target: Target, source: str, release: Release, options: Options) -> Verdict:
+        """``target.examine`` without its patched text, from the cache when the inputs are the same."""
+        if self.directory is None:
+            return _state_only(target.examine(source, release, options))
+        path = self.directory / f"{self._key(target, source, options)}.json"
+        cached = _load(path, release.read)
+        if cached is not None:
+            return cached
+        reads: dict[str, Optional[str]] = {}
+        verdict = target.examine(source, release.reading_through(_recording(release.read, reads)), options)
+        entry = {"state": verdict.state.value, "reason": verdict.reason, "reads": reads}
+        try:
+            write_atomically(path, json.dumps(entry).encode("utf-8"))
+        except OSError:
+            pass  # a read-only or full home directory: no cache, same answer
+        return _state_only(verdict)
+
+    def _key(self, target: Target, source: str, options: Options) -> str:
+        parts = [self._fingerprint(), type(target).__module__, target.name, options.aux_layers, _digest(source)]
+        return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
+
+
+def _load(path: Path, read: ReadFile) -> Optional[Verdict]:
+    """The cached verdict, if there is one and every file it read still has the same contents."""
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        if any(_digest(read(relative)) != digest for relative, digest in entry["reads"].items()):
+            return None
+        return Verdict(State(entry["state"]), str(entry["reason"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _state_only(verdict: Verdict) -> Verdict:
+    return Verdict(verdict.state, verdict.reason)
+
+
+def _recording(read: ReadFile, reads: dict[str, Optional[str]]) -> ReadFile:
+    def recorded(relative: str) -> Optional[str]:
+        text = read(relative)
+        reads[relative] = _digest(text)
+        return text
+
+    return recorded
+
+
+def _digest(text: Optional[str]) -> Optional[str]:
+    return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -1,0 +1,180 @@
+"""What an installed vLLM release's EAGLE-3 interface looks like, read from its own files (never imported).
+
+The one home of every name and place this tool knows about vLLM's side of EAGLE-3: the
+protocol, the getter names the runner calls, the runner, the gate, the drafter loading, the
+registry.  A :class:`Release` reads a vLLM tree once (through one cached reader) and is handed
+to the codemods, ``verify`` and ``doctor``; reading the release's own files keeps the answers
+true for releases this tool has never seen, where a version table would have to be guessed.
+
+The runner's contract comes in three shapes, told apart by structure:
+
+- 0.8.5-0.10.0: no ``SupportsEagle3``; the runner calls ``set_aux_hidden_state_layers`` and
+  ``get_eagle3_aux_hidden_state_layers`` by name.
+- 0.10.1-0.17.x: the same two methods, behind the ``SupportsEagle3`` protocol.
+- 0.18.0 and later: ``SupportsEagle3`` builds on ``EagleModelMixin`` and the runner asks
+  ``get_eagle3_default_aux_hidden_state_layers``.  The protocol's own default methods expect
+  an ``EagleModelMixin`` decoder and give ``(2, n // 2, n - 3)`` for every size, so the
+  patched model overrides both, under the name the runner asks for.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+import re
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Callable, Optional
+
+ReadFile = Callable[[str], Optional[str]]
+"""Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
+
+PACKAGE = "vllm.model_executor.models"
+"""The model files' package, against which their relative ``from .interfaces import ...`` resolves."""
+INTERFACES = "model_executor/models/interfaces.py"
+REGISTRY = "model_executor/models/registry.py"
+RUNNER = "v1/worker/gpu_model_runner.py"
+EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
+PROPOSER = "v1/spec_decode/eagle.py"
+
+PROTOCOL = "SupportsEagle3"
+MIXIN = "EagleModelMixin"
+"""Upstream's collecting decoder base (0.18.0+)."""
+SETTER = "set_aux_hidden_state_layers"
+GETTER = "get_eagle3_aux_hidden_state_layers"
+"""The default ids' getter the runner asks for up to 0.17.x."""
+DEFAULT_GETTER = "get_eagle3_default_aux_hidden_state_layers"
+"""... and from 0.18.0."""
+GETTERS = (GETTER, DEFAULT_GETTER)
+DRAFTER_IDS_FIELD = "eagle_aux_hidden_state_layer_ids"
+"""The drafter config's ids, which the runner reads from 0.11.1 on (top level only)."""
+
+GATE_FILES = ("config/speculative.py", "config/__init__.py", "config.py")
+"""Where ``SpeculativeConfig`` and its EAGLE-3 target gate live: 0.11.0+, 0.10.1-0.10.2, up to 0.10.0."""
+WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
+"""The gate's whitelist: the first name until 0.16.0, the second from 0.17.0 (EAGLE-3 and hidden-state extraction)."""
+GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
+FIXED_DRAFTER = "Eagle3LlamaForCausalLM"
+
+
+@dataclass(frozen=True)
+class Eagle3Interface:
+    """The release's EAGLE-3 contract with a target model."""
+
+    protocol: bool = True
+    """Whether ``SupportsEagle3`` exists: the causal LM must list it among its bases."""
+    getter: str = GETTER
+    """The name under which the runner asks for the default aux layer ids."""
+
+
+class Lookup(enum.Enum):
+    """How a release turns a drafter's ``architectures[0]`` into the class it loads for EAGLE-3."""
+
+    FIXED = "the proposer builds Eagle3LlamaForCausalLM whatever the config says"  # 0.8.5
+    PREFIX = "EAGLEConfig renames X to Eagle3X unless X starts with Eagle3"  # 0.9.0 - 0.10.0
+    PREFIX_OR_SUFFIX = "EAGLEConfig renames X to Eagle3X unless X starts or ends with Eagle3"  # 0.10.1+
+
+    def looked_up(self, architecture: str) -> str:
+        if self is Lookup.FIXED:
+            return FIXED_DRAFTER
+        keep = architecture.startswith("Eagle3") or (self is Lookup.PREFIX_OR_SUFFIX and architecture.endswith("Eagle3"))
+        return architecture if keep else f"Eagle3{architecture}"
+
+
+def file_reader(package_dir: Path) -> ReadFile:
+    """A reader of ``package_dir``'s files that reads each at most once."""
+
+    @lru_cache(maxsize=None)
+    def read(relative: str) -> Optional[str]:
+        try:
+            return (package_dir / relative).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    return read
+
+
+class Release:
+    """One vLLM tree as this tool sees it: its files through one reader, and what they say.
+
+    Every fact is read on first use and kept: ``status`` never reads the registry, ``doctor``
+    never the gate.  :meth:`reading_through` gives a view whose reads go through another
+    function (the verdict cache records what a verdict read), sharing nothing it has computed.
+    """
+
+    def __init__(self, package_dir: Path, read: Optional[ReadFile] = None) -> None:
+        self.package_dir = package_dir
+        self.read: ReadFile = read or file_reader(package_dir)
+
+    def reading_through(self, read: ReadFile) -> "Release":
+        return Release(self.package_dir, read)
+
+    def exists(self, relative: str) -> bool:
+        return (self.package_dir / relative).is_file()
+
+    @cached_property
+    def interface(self) -> Optional[Eagle3Interface]:
+        """The runner's contract; None where the release has no EAGLE-3 (its runner never sets ids)."""
+        runner = self.read(RUNNER) or ""
+        if SETTER not in runner:
+            return None
+        getter = DEFAULT_GETTER if DEFAULT_GETTER in runner else GETTER
+        has_protocol = re.search(rf"^class {PROTOCOL}\b", self.read(INTERFACES) or "", re.MULTILINE) is not None
+        return Eagle3Interface(protocol=has_protocol, getter=getter)
+
+    @property
+    def no_eagle3(self) -> str:
+        """Why :attr:`interface` is None, for a refusal."""
+        return f"this vLLM has no EAGLE-3 ({RUNNER} never calls {SETTER})"
+
+    @cached_property
+    def gate_file(self) -> Optional[str]:
+        """The file holding the speculative config's EAGLE-3 gate (else the first config file there is)."""
+        existing = [candidate for candidate in GATE_FILES if self.exists(candidate)]
+        for candidate in existing:
+            if any(sign in (self.read(candidate) or "") for sign in GATE_SIGNS):
+                return candidate
+        return existing[0] if existing else None
+
+    @cached_property
+    def registered(self) -> frozenset[str]:
+        """Architecture names in the release's model registry (commented-out entries excluded)."""
+        return registered_architectures(self.read(REGISTRY) or "")
+
+    @cached_property
+    def lookup(self) -> Optional[Lookup]:
+        """None: the release has no EAGLE-3 drafter loading this tool recognises."""
+        eagle_config, proposer = self.read(EAGLE_CONFIG) or "", self.read(PROPOSER) or ""
+        if 'endswith("Eagle3")' in eagle_config:
+            return Lookup.PREFIX_OR_SUFFIX
+        if 'f"Eagle3{arch}"' in eagle_config:
+            return Lookup.PREFIX
+        if f"{FIXED_DRAFTER}(" in proposer:
+            return Lookup.FIXED
+        return None
+
+    @cached_property
+    def reads_drafter_ids(self) -> bool:
+        """Whether the runner takes the drafter's top-level ids over the target's (0.11.1 on)."""
+        return DRAFTER_IDS_FIELD in (self.read(RUNNER) or "")
+
+
+def registered_architectures(source: str) -> frozenset[str]:
+    """Keys of the registry's dict literals mapping a name to ``(module, class)``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return frozenset()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple):
+                    names.add(key.value)
+    return frozenset(names)
+
+
+def module_name(path: str) -> str:
+    """``model_executor/models/gemma3.py`` -> ``vllm.model_executor.models.gemma3``."""
+    return "vllm." + path.removesuffix(".py").replace("/", ".")

@@ -1,1 +1,0 @@
-"""Code that runs inside the target interpreter for ``verify --engine`` (executed as scripts by path)."""

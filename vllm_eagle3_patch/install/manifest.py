@@ -1,0 +1,137 @@
+"""The tool's state inside the vLLM package: a manifest and the original bytes of each file.
+
+Layout: ``vllm/.vllm-eagle3-patch/manifest.json`` and ``.../backups/<path relative to vllm/>``.
+Living inside the package keeps the state with the files it describes (one per
+environment, found without configuration) and outside Python's import path (the
+directory name is not an identifier).  The manifest is written *before* patched files
+replace the originals and records both hashes, so whatever happens in between, each file
+on disk is recognisably either its original or its patched version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Optional
+
+from ..errors import ToolError
+from .fileio import write_atomically
+
+STATE_DIR = ".vllm-eagle3-patch"
+SCHEMA = 1
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One patched file: the hash of its original bytes and of what ``apply`` wrote."""
+
+    sha256_before: str
+    sha256_after: str
+    accepted_modified: bool = False
+    """The original differed from vLLM's RECORD and was taken anyway (``apply --accept-modified``).
+    Manifests written before this field existed lack it: their originals were not checked."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    tool_version: str
+    vllm_version: str
+    aux_layers: Optional[tuple[int, ...]] = None
+    files: dict[str, FileRecord] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = {
+            "schema": SCHEMA,
+            "tool": "vllm-eagle3-patch",
+            "tool_version": self.tool_version,
+            "vllm_version": self.vllm_version,
+            "aux_layers": list(self.aux_layers) if self.aux_layers is not None else None,
+            "files": {path: vars(record) for path, record in sorted(self.files.items())},
+        }
+        return json.dumps(data, indent=2) + "\n"
+
+
+class StateDir:
+    """Reads and writes the manifest and backups of one vLLM package directory."""
+
+    def __init__(self, package_dir: Path) -> None:
+        self.package_dir = package_dir
+        self.path = package_dir / STATE_DIR
+        self.manifest_path = self.path / "manifest.json"
+
+    def backup_path(self, relative: str) -> Path:
+        return self.path / "backups" / safe_relative(relative, self.manifest_path)
+
+    def load(self) -> Optional[Manifest]:
+        """The manifest, or None when there is none; a damaged one is refused."""
+        if not self.manifest_path.exists():
+            return None
+        try:
+            manifest = _parse(json.loads(self.manifest_path.read_text(encoding="utf-8")), self.manifest_path)
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise ToolError(f"{self.manifest_path}: damaged manifest ({error}); nothing was changed") from None
+        for relative in manifest.files:
+            self._refuse_links_out(self.package_dir / relative, self.package_dir, relative)
+            self._refuse_links_out(self.backup_path(relative), self.path, relative)
+        return manifest
+
+    def _refuse_links_out(self, path: Path, root: Path, relative: str) -> None:
+        """A directory link on the way must not lead a write outside ``root``."""
+        if not path.parent.resolve().is_relative_to(root.resolve()):
+            raise ToolError(
+                f"{self.manifest_path}: refusing path {relative!r}: a link leads it outside {root}; nothing was changed"
+            )
+
+    def save(self, manifest: Manifest) -> None:
+        write_atomically(self.manifest_path, manifest.to_json().encode("utf-8"))
+
+    def read_backup(self, relative: str, record: FileRecord) -> bytes:
+        """The original bytes, only if they still hash to what the manifest recorded."""
+        path = self.backup_path(relative)
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise ToolError(f"{path}: backup of {relative} unreadable ({error.strerror})") from None
+        if sha256(data) != record.sha256_before:
+            raise ToolError(f"{path}: backup of {relative} no longer matches the manifest; not using it")
+        return data
+
+    def save_backup(self, relative: str, data: bytes) -> None:
+        write_atomically(self.backup_path(relative), data)
+
+
+def safe_relative(relative: str, source: Path) -> str:
+    """A manifest path must stay inside the vLLM package: no absolute paths, no ``..``."""
+    path = PurePosixPath(relative)
+    if path.is_absolute() or not path.parts or any(part in ("..", "", ".") for part in path.parts) or "\\" in relative:
+        raise ToolError(f"{source}: refusing path {relative!r} outside the vllm package; nothing was changed")
+    return str(path)
+
+
+def _parse(data: dict, source: Path) -> Manifest:
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"unknown schema {data.get('schema')!r}")
+    files = {}
+    for relative, record in data["files"].items():
+        hashes = (record["sha256_before"], record["sha256_after"])
+        if not all(isinstance(h, str) and _SHA256.match(h) for h in hashes):
+            raise ValueError(f"bad hash for {relative}")
+        accepted = record.get("accepted_modified", False)
+        if not isinstance(accepted, bool):
+            raise ValueError(f"bad accepted_modified for {relative}")
+        files[safe_relative(relative, source)] = FileRecord(*hashes, accepted_modified=accepted)
+    aux = data.get("aux_layers")
+    return Manifest(
+        tool_version=str(data["tool_version"]),
+        vllm_version=str(data["vllm_version"]),
+        aux_layers=tuple(int(i) for i in aux) if aux is not None else None,
+        files=files,
+    )

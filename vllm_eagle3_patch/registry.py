@@ -1,0 +1,92 @@
+"""The registry: every place in vLLM this tool patches, as data.
+
+A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry; the plan,
+the verdict cache's fingerprint and the tests iterate :data:`TARGETS`, and the
+speculative-config gate admits :func:`gated_model_types`.  Adding a family is adding an entry
+here (and its tests: ``docs/architecture.md`` has the checklist).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from .codemod.family import Family, Wrapper
+from .codemod.target import Policy, Target
+from .patches.decoder_eagle3 import DecoderTarget
+from .patches.eagle_proposer import EagleProposerTarget
+from .patches.speculative_gate import SpeculativeGateTarget
+from .patches.wrapper_eagle3 import WrapperTarget
+
+MODELS = "model_executor/models"
+
+DEEPSEEK_V2 = Family(
+    "DeepSeek-V2/V3",
+    f"{MODELS}/deepseek_v2.py",
+    "DeepseekV2Model",
+    "DeepseekV2ForCausalLM",  # V3, V3.2 and Kimi-K2 are subclasses or the same class
+    ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"),
+    # Kimi-K2.5 (0.15.0+): the runner holds the wrapper, whose language model is DeepSeek-V3
+    # (a bare DeepseekV2Model in 0.15.x, a DeepseekV2ForCausalLM from 0.16.0); its text config
+    # is a DeepseekV3Config, which the gate knows as deepseek_v3
+    wrapper=Wrapper(f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration"),
+    policy=Policy.REQUIRED,
+)
+GLM4_MOE = Family("GLM-4.5 MoE", f"{MODELS}/glm4_moe.py", "Glm4MoeModel", "Glm4MoeForCausalLM", ("glm4_moe",))
+GEMMA3 = Family(
+    "Gemma 3",
+    f"{MODELS}/gemma3.py",
+    "Gemma3Model",
+    "Gemma3ForCausalLM",
+    ("gemma3", "gemma3_text"),
+    wrapper=Wrapper(f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration"),
+)
+BAILING_MOE = Family(
+    "Ling (Bailing MoE)", f"{MODELS}/bailing_moe.py", "BailingMoeModel", "BailingMoeForCausalLM", ("bailing_moe",)
+)
+MINIMAX_M2 = Family("MiniMax-M2", f"{MODELS}/minimax_m2.py", "MiniMaxM2Model", "MiniMaxM2ForCausalLM", ("minimax_m2",))
+LONGCAT_FLASH = Family(
+    "LongCat-Flash",
+    f"{MODELS}/longcat_flash.py",
+    "FlashModel",  # each FlashDecoderLayer holds two attention blocks but hands on (hidden_states, residual) as usual
+    "LongcatFlashForCausalLM",
+    ("longcat_flash",),
+)
+QWEN3_NEXT = Family(
+    "Qwen3-Next",
+    f"{MODELS}/qwen3_next.py",
+    "Qwen3NextModel",
+    "Qwen3NextForCausalLM",
+    (),  # the gate already accepts it: "qwen" is matched as a substring
+    ids_on_the_class=True,  # qwen3_5.py's Qwen3_5Model (0.17.x) skips Qwen3NextModel.__init__
+)
+QWEN3_5 = Family(
+    "Qwen3.5",
+    f"{MODELS}/qwen3_5.py",
+    "Qwen3_5Model",
+    "Qwen3_5ForCausalLMBase",  # the text-only Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM; the
+    # multimodal classes inherit Qwen3-VL's EAGLE-3 methods, which reach the same model
+    (),  # accepted as "qwen", like Qwen3-Next
+    forward_from=QWEN3_NEXT,
+)
+
+FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH, QWEN3_NEXT, QWEN3_5)
+
+GATE_ONLY_MODEL_TYPES = ("phi3",)
+"""Families whose model already implements EAGLE-3 (Phi-3 and Phi-4-mini inherit it from
+``LlamaForCausalLM``) and are kept out only by the speculative-config gate."""
+
+
+def gated_model_types() -> tuple[str, ...]:
+    """Every family model type the speculative-config gate must accept, in family order."""
+    return (*(t for family in FAMILIES for t in family.model_types), *GATE_ONLY_MODEL_TYPES)
+
+
+def _targets() -> tuple[Target, ...]:
+    """Every target, ordered by file name as ``status`` lists them."""
+    targets: list[Target] = [DecoderTarget(family) for family in FAMILIES]
+    targets += [WrapperTarget(family) for family in FAMILIES if family.wrapper is not None]
+    targets += [EagleProposerTarget(), SpeculativeGateTarget(gated_model_types())]
+    return tuple(sorted(targets, key=lambda target: PurePosixPath(target.default_path).name))
+
+
+TARGETS: tuple[Target, ...] = _targets()

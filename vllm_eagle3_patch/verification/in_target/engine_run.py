@@ -1,0 +1,182 @@
+"""Run vLLM for real with a tiny target and (optionally) an EAGLE-3 drafter, once, and print
+what happened as one JSON line.  Executed as a script in the interpreter that has vLLM:
+
+    python engine_run.py build DIR [--layers N] [--family MODEL_TYPE] [--ask-vllm]
+                                       # tiny checkpoints and the transformers reference
+    python engine_run.py run CASE.json      # one engine run
+
+Each run is its own process: a vLLM engine is not meant to be built twice in one.  On a
+machine without CUDA the CPU shim (``cpu_shim.py``) lets the CPU backend speculate, and
+the DeepSeek model runs through its non-MLA attention with PyTorch's rotary and RMSNorm
+(vLLM's CPU kernels for those give DeepSeek wrong numbers); the decoder loop, the patch
+and the drafter are the same code either way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+KV_CACHE_GIB = "1"
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    if len(argv) >= 2 and argv[0] == "build":
+        layers = _option(argv, "--layers")
+        family = _option(argv, "--family") or "deepseek_v3"
+        return build(Path(argv[1]), int(layers) if layers else None, ask_vllm="--ask-vllm" in argv, family=family)
+    if len(argv) == 2 and argv[0] == "run":
+        return run(json.loads(Path(argv[1]).read_text()))
+    raise SystemExit("usage: engine_run.py build DIR [--layers N] [--family MODEL_TYPE] [--ask-vllm] | engine_run.py run CASE.json")
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value after ``name`` in ``argv``, if given."""
+    return argv[argv.index(name) + 1] if name in argv[:-1] else None
+
+
+def build(directory: Path, layers: int | None = None, ask_vllm: bool = False, family: str = "deepseek_v3") -> dict[str, Any]:
+    """Checkpoints for one ``default`` id set (and ``edges``: 0, n // 2 and n, unless ``ask_vllm``).
+
+    ``ask_vllm``: the default set is what the installed ``DeepseekV2ForCausalLM`` returns for
+    a model of this depth, so the check follows whatever the installed patch chooses.
+    ``family``: the target's ``model_type`` (``tiny_models.TARGETS``).
+    """
+    import tiny_models
+
+    if ask_vllm and family != "deepseek_v3":
+        raise SystemExit("--ask-vllm asks vLLM's DeepseekV2ForCausalLM: it names DeepSeek-V3's ids only")
+    n = layers or tiny_models.LAYERS
+    asked = _ids_from_vllm(n) if ask_vllm else None
+    sets: dict[str, tuple[int, ...]] = {"default": asked or (2, n // 2, n - 3)}
+    if not ask_vllm:
+        sets["edges"] = (0, n // 2, n)
+    summary = tiny_models.build_all(directory, sets, num_layers=n, family=family)
+    (directory / "reference.json").write_text(json.dumps(summary))
+    return {"built": str(directory), "family": family, "num_layers": n, "sets": {k: list(v) for k, v in sets.items()}}
+
+
+def _ids_from_vllm(num_layers: int) -> tuple[int, ...] | None:
+    """None where the model has no EAGLE-3 (unpatched): the engine run will say what fails."""
+    import types
+
+    from torch import nn
+    from vllm.model_executor.models.deepseek_v2 import DeepseekV2ForCausalLM
+
+    model = object.__new__(DeepseekV2ForCausalLM)  # no __init__: it needs a config and a device
+    nn.Module.__init__(model)
+    model.model = types.SimpleNamespace(layers=[None] * num_layers)
+    if not hasattr(model, "get_eagle3_aux_hidden_state_layers"):
+        return None
+    return tuple(sorted(model.get_eagle3_aux_hidden_state_layers()))
+
+
+def run(case: dict[str, Any]) -> dict[str, Any]:
+    on_cpu = not _cuda_available()
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: counters and hooks visible
+    if on_cpu:
+        os.environ.setdefault("VLLM_MLA_DISABLE", "1")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
+    result: dict[str, Any] = {"ok": False, "cpu_shim": on_cpu, "error": None}
+    try:
+        if on_cpu:
+            import cpu_shim
+
+            cpu_shim.install()
+        captured = _capture_drafter_inputs() if case.get("drafter") else []
+        import vllm
+        from vllm import LLM, SamplingParams
+
+        result["vllm"] = {"version": getattr(vllm, "__version__", None), "location": str(Path(vllm.__file__).parent)}
+        llm = LLM(**_engine_arguments(case, on_cpu))
+        captured.clear()  # what warm-up runs fed the drafter is not the prompts' states
+        params = SamplingParams(temperature=0.0, max_tokens=case["max_tokens"], ignore_eos=True)
+        outputs = llm.generate([{"prompt_token_ids": list(p)} for p in case["prompts"]], params, use_tqdm=False)
+        result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
+        result.update(_spec_counts(llm, on_cpu))
+        if captured:
+            result["drafter_input"] = captured[0]
+        result["ok"] = True
+    except BaseException as error:  # noqa: BLE001 - the message is the result
+        result["error"] = f"{type(error).__name__}: {error}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+    return result
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
+    arguments: dict[str, Any] = {
+        "model": case["target"],
+        "dtype": "float32",
+        "max_model_len": 128,
+        "max_num_seqs": 4,
+        "enforce_eager": True,
+        "seed": 0,
+        "disable_log_stats": False,
+    }
+    if case.get("limit_mm_per_prompt"):
+        arguments["limit_mm_per_prompt"] = case["limit_mm_per_prompt"]  # text only: vLLM skips the vision tower
+    if on_cpu:
+        arguments["compilation_config"] = {"custom_ops": ["-rotary_embedding", "-rms_norm"]}
+    else:
+        arguments["gpu_memory_utilization"] = 0.3
+    if case.get("drafter"):
+        speculative = {"method": "eagle3", "model": case["drafter"], "num_speculative_tokens": case.get("num_speculative_tokens", 1)}
+        if on_cpu:
+            speculative["disable_padded_drafter_batch"] = True  # the padded path needs Triton kernels
+        arguments["speculative_config"] = speculative
+    return arguments
+
+
+def _capture_drafter_inputs() -> list[list[list[float]]]:
+    """Record what the EAGLE-3 drafter's ``combine_hidden_states`` receives: the aux states."""
+    import importlib
+
+    captured: list[list[list[float]]] = []
+    module = importlib.import_module("vllm.model_executor.models.llama_eagle3")
+    drafter_class = module.Eagle3LlamaForCausalLM
+    combine = drafter_class.combine_hidden_states
+
+    def recording(self: Any, hidden_states: Any) -> Any:
+        captured.append(hidden_states.detach().float().cpu().tolist())
+        return combine(self, hidden_states)
+
+    drafter_class.combine_hidden_states = recording
+    return captured
+
+
+def _spec_counts(llm: Any, on_cpu: bool) -> dict[str, Any]:
+    """Drafts and accepted tokens: vLLM's own counters where it keeps them, else the shim's."""
+    counts: dict[str, Any] = {}
+    try:
+        for metric in llm.get_metrics():
+            if metric.name == "vllm:spec_decode_num_drafts":
+                counts["drafts"] = int(metric.value)
+            elif metric.name == "vllm:spec_decode_num_draft_tokens":
+                counts["draft_tokens"] = int(metric.value)
+            elif metric.name == "vllm:spec_decode_num_accepted_tokens":
+                counts["accepted_tokens"] = int(metric.value)
+    except Exception:  # noqa: BLE001 - older releases have no get_metrics
+        pass
+    counts["counts_from"] = "vllm" if counts else "cpu shim"
+    if not counts.get("draft_tokens") and on_cpu:
+        import cpu_shim
+
+        counts.update({**cpu_shim.COUNTS, "counts_from": "cpu shim"})
+    return counts
+
+
+if __name__ == "__main__":
+    outcome = main(sys.argv[1:])
+    print(json.dumps(outcome), flush=True)

@@ -1,0 +1,116 @@
+"""``verify``: prove the patch in the user's own environment before spending GPU hours.
+
+The checks run in the target interpreter (``--python``, or this one), in a subprocess,
+because only that interpreter has the torch and vLLM to import.  Where they cannot be
+imported, the verdict falls back to the static plan and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from ..codemod.target import Policy, State
+from ..eagle3.release import GETTER, module_name
+from ..plan import Plan
+from ..registry import FAMILIES
+from .checks import Check, run_in_target
+from .in_target import stand_in_checks
+
+TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class Report:
+    checks: tuple[Check, ...]
+    imported: bool
+    """False: torch or vLLM could not be imported there; only the static checks ran."""
+    import_error: Optional[str] = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    engine: Optional[dict] = None
+    """``verify --engine``: the layer ids and the engine runs behind the engine checks."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(check.ok for check in self.checks)
+
+
+def verify(plan: Plan, python: Optional[str], engine: bool = False) -> Report:
+    """The static and stand-in checks; with ``engine``, the tiny end-to-end engine runs too."""
+    python = python or sys.executable
+    static = static_checks(plan)
+    stand_ins = run_stand_in_checks(plan, python)
+    if not stand_ins.get("importable"):
+        if engine:  # without torch and vLLM there is no engine to run: that is a failure here
+            missing = Check("the engine runs EAGLE-3", False, f"cannot import torch/vLLM: {stand_ins.get('error')}")
+            return Report(static + (missing,), imported=False, import_error=stand_ins.get("error"))
+        return Report(static, imported=False, import_error=stand_ins.get("error"))
+    dynamic = tuple(Check(c["name"], c["ok"], c["detail"]) for c in stand_ins["checks"])
+    if not engine:
+        return Report(static + dynamic, imported=True)
+    from .engine_check import engine_checks  # here: it is only needed with --engine (and reads more)
+
+    checks, runs = engine_checks(plan, python)
+    return Report(static + dynamic + checks, imported=True, engine=runs)
+
+
+def static_checks(plan: Plan) -> tuple[Check, ...]:
+    """One check per target file: patched or native is a pass, and so is an optional
+    (model family) file that apply leaves alone because it cannot patch it."""
+    return tuple(
+        Check(
+            f"{f.path} is patched or native",
+            f.state in (State.PATCHED, State.NATIVE) or (f.optional and f.state is State.UNSUPPORTED),
+            f"{f.state.value}{' (left alone)' if f.optional and f.state is State.UNSUPPORTED else ''}: {f.reason}",
+        )
+        for f in plan.files
+    )
+
+
+def run_stand_in_checks(plan: Plan, python: str) -> dict:
+    ids = ",".join(map(str, plan.options.aux_layers)) if plan.options.aux_layers is not None else ""
+    families = json.dumps(families_to_check(plan))
+    arguments = [ids, families, getter_asked(plan)]
+    outcome = run_in_target(plan, python, Path(stand_in_checks.__file__), arguments, TIMEOUT_SECONDS)
+    if "failed" in outcome:
+        return {"importable": False, "error": f"the check process failed: {outcome['failed']}"}
+    return outcome
+
+
+def getter_asked(plan: Plan) -> str:
+    """The name under which this release's runner asks a target for its default ids."""
+    interface = plan.release.interface
+    return interface.getter if interface is not None else GETTER  # no EAGLE-3: the checks fail either way
+
+
+def families_to_check(plan: Plan) -> list[dict]:
+    """What ``stand_in_checks`` checks: each family whose model file this vLLM has, not native,
+    and ``apply`` does not leave alone (a required family always: failing it is the point of
+    an unpatched run), and its multimodal wrapper on the same terms; modules and classes by name."""
+    present = {f.path for f in plan.files}
+    left_alone = {f.path for f in plan.files if f.optional and f.state is State.UNSUPPORTED}
+    native = {f.path for f in plan.files if f.state is State.NATIVE}  # upstream's code: not this tool's to prove
+
+    def checked(path: str, required: bool = False) -> bool:
+        return path in present and path not in native and (required or path not in left_alone)
+
+    described = []
+    for family in FAMILIES:
+        required = family.policy is Policy.REQUIRED
+        if not checked(family.path, required):
+            continue
+        wrapper = family.wrapper if family.wrapper and checked(family.wrapper.path) else None
+        described.append(
+            {
+                "module": module_name(family.path),
+                "required": required,
+                "model": family.model,
+                "causal_lm": family.causal_lm,
+                "decoder": family.decoder,
+                "wrapper": wrapper and {"module": module_name(wrapper.path), "cls": wrapper.cls, "language_model": wrapper.language_model},
+            }
+        )
+    return described

@@ -78,7 +78,9 @@ def time_once(call: Callable[[], Any], iterations: int) -> float:
     return (time.perf_counter_ns() - start) / iterations
 
 
-def time_pairs(forward: Callable[[], Any], reference: Callable[[], Any], iterations: int, samples: int) -> dict[str, list[float]]:
+def time_pairs(
+    forward: Callable[[], Any], reference: Callable[[], Any], iterations: int, samples: int
+) -> dict[str, list[float]]:
     """``samples`` back-to-back pairs (forward, reference); gc off so that a collection does not
     land in one variant's samples and not the other's."""
     time_once(forward, iterations)  # warm up

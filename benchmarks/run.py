@@ -359,14 +359,16 @@ def render_table(report: Report) -> str:
         "",
         (
             f"vLLM {report.version}, {report.runs} runs, {os.cpu_count()} CPUs, load average (1/5/15 min) "
-            f"{format_load(report.load_before)} before, {format_load(report.load_after)} after: {noise_verdict(report)}."
+            f"{format_load(report.load_before)} before, {format_load(report.load_after)} after: "
+            f"{noise_verdict(report)}."
         ),
         f"Tool: {sys.executable}; import and forward: {report.cpu_python}.",
         (
             f"Forward: {NUM_LAYERS} stand-in layers doing no work; per process, {FORWARD_SAMPLES} pairs of samples of "
             f"{FORWARD_ITERATIONS} calls (forward, then the plain decoder loop as a CPU-speed reference); one process "
             "per tree per round, in alternating order. Extra per layer = median over rounds of (patched - unpatched) "
-            "forward/reference ratio x the round's reference time / layers; raw = difference of forward medians / layers."
+            "forward/reference ratio x the round's reference time / layers; "
+            "raw = difference of forward medians / layers."
         ),
     ]
     return "\n".join(rows)
@@ -391,7 +393,8 @@ def render_json(report: Report) -> str:
             "version": report.version, "runs": report.runs, "cpu_python": report.cpu_python,
             "tool_python": sys.executable, "cpus": os.cpu_count(),
             "load_before": report.load_before, "load_after": report.load_after,
-            "noise": noise_verdict(report), "passed": report.passed, "figures": [figure.as_json() for figure in report.figures],
+            "noise": noise_verdict(report), "passed": report.passed,
+            "figures": [figure.as_json() for figure in report.figures],
         },
         indent=2,
     )  # fmt: skip

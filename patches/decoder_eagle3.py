@@ -255,7 +255,9 @@ def _iterates_own_layers(iterable: cst.BaseExpression) -> bool:
     """``islice(self.layers, self.start_layer, self.end_layer)`` or ``self.layers[self.start_layer:self.end_layer]``."""
     if isinstance(iterable, cst.Call) and (is_name(iterable.func, "islice") or is_attribute(iterable.func, "islice")):
         args = [arg.value for arg in iterable.args]
-        return len(args) == 3 and all(is_self_attribute(a, n) for a, n in zip(args, ("layers", "start_layer", "end_layer")))
+        return len(args) == 3 and all(
+            is_self_attribute(a, n) for a, n in zip(args, ("layers", "start_layer", "end_layer"))
+        )
     if isinstance(iterable, cst.Subscript) and len(iterable.slice) == 1:
         part = iterable.slice[0].slice
         return (
@@ -325,7 +327,9 @@ def _upstream_capture(loop: Loop) -> Optional[str]:
 def _layer_call_names(loop: Loop, model: str) -> tuple[str, str]:
     """The names the layer call assigns: ``hidden_states, residual = layer(...)``."""
     calls = [s for s in loop.node.body.body if _assigns_pair_from_call(sole_statement(s), loop.layer)]
-    line: cst.SimpleStatementLine = only(calls, f"the decoder layer call `hidden_states, residual = {loop.layer}(...)` in {model}.forward")  # type: ignore[assignment]
+    line: cst.SimpleStatementLine = only(
+        calls, f"the decoder layer call `hidden_states, residual = {loop.layer}(...)` in {model}.forward"
+    )  # type: ignore[assignment]
     hidden, residual = (e.value.value for e in line.body[0].targets[0].target.elements)  # type: ignore[attr-defined]
     if loop.global_id in (hidden, residual):
         raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")

@@ -42,8 +42,10 @@ def pipeline_checked_setter(decoder: str) -> str:
         "        layer, ranks = min(layers), get_pp_group().world_size\n"
         "        rank = next(r for r in range(ranks) if layer < get_pp_indices(len(decoder.layers), r, ranks)[1])\n"
         "        raise ValueError(\n"
-        '            f"vllm-eagle3-patch: EAGLE-3 aux layer id {layer} lies on pipeline rank {rank}, but the drafter "\n'
-        '            f"runs on the last rank, which holds layers {decoder.start_layer}..{len(decoder.layers) - 1}, and "\n'
+        '            f"vllm-eagle3-patch: EAGLE-3 aux layer id {layer} lies on pipeline rank {rank}, '
+        'but the drafter "\n'
+        '            f"runs on the last rank, which holds layers '
+        '{decoder.start_layer}..{len(decoder.layers) - 1}, and "\n'
         '            "this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "\n'
         '            f"(--tensor-parallel-size instead), or with aux layer ids >= {decoder.start_layer}"\n'
         "        )\n"
@@ -62,7 +64,8 @@ def default_getter(decoder: str, getter: str = GETTER) -> str:
         '            f"vllm-eagle3-patch: EAGLE-3 needs 3 distinct aux hidden states; a model with {num_layers} "\n'
         '            "decoder layers has fewer: use a target with 2 layers or more"\n'
         "        )\n"
-        "    return (num_layers // 2 - 1, num_layers // 2, num_layers // 2 + 1)  # (2, n // 2, n - 3) would repeat ids\n"
+        "    return (num_layers // 2 - 1, num_layers // 2, num_layers // 2 + 1)"
+        "  # (2, n // 2, n - 3) would repeat ids\n"
     )
 
 

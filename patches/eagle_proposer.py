@@ -36,7 +36,6 @@ WRAPPER = "KimiK25ForConditionalGeneration"
 LOAD_MODEL = "load_model"
 
 
-
 def _copies_image_token_index(line: cst.CSTNode) -> bool:
     """``<x>.image_token_index = <y>.config.image_token_index``, alone on its line."""
     statement = sole_statement(line)
@@ -62,7 +61,10 @@ class KimiK25MediaToken:
     """``elif <name of target> == "KimiK25ForConditionalGeneration": ... media_placeholder_token_id``."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        what = f"in {LOAD_MODEL}, an if/elif chain ending in `else: ...image_token_index = target.config.image_token_index`"
+        what = (
+            f"in {LOAD_MODEL}, an if/elif chain ending in "
+            "`else: ...image_token_index = target.config.image_token_index`"
+        )
         cls, load_model, branch = only(_generic_branches(tree), what)  # type: ignore[misc]
         generic: cst.Else = branch.orelse  # type: ignore[assignment]
         assignment: cst.Assign = generic.body.body[0].body[0]  # type: ignore[attr-defined]

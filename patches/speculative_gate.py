@@ -47,7 +47,6 @@ READ_WORDS = (*GATE_SIGNS, "llama")
 """Words of the methods of ``SpeculativeConfig`` the codemod and the native check read: the gate's."""
 
 
-
 def _is_whitelist(line: cst.SimpleStatementLine) -> bool:
     """``eagle3_target_supported = ["llama", ...]`` (or ``aux_hidden_states_supported``), alone on its line."""
     statement = sole_statement(line)

@@ -100,7 +100,9 @@ class WrapperTarget(SingleFileTarget):
             interface = release.interface
             if interface is None:
                 raise Unrecognised(release.no_eagle3)
-            return WrapperEagle3(self.wrapper, self.family.model, interface.protocol, interface.getter, options.aux_layers)
+            return WrapperEagle3(
+                self.wrapper, self.family.model, interface.protocol, interface.getter, options.aux_layers
+            )
 
         return judge(
             source,

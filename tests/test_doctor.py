@@ -12,13 +12,25 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import run_cli, tree_digest
 
 FIELD = "eagle_aux_hidden_state_layer_ids"
-DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "vocab_size": 129280}
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "vocab_size": 129280,
+}
 KIMI_K25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": DEEPSEEK_V3}
-LLAMA_DRAFTER = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 7168, "num_hidden_layers": 1, "vocab_size": 129280, "draft_vocab_size": 32000}
+LLAMA_DRAFTER = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 7168,
+    "num_hidden_layers": 1,
+    "vocab_size": 129280,
+    "draft_vocab_size": 32000,
+}
 SPECFORGE_DEEPSEEK_V3 = {**LLAMA_DRAFTER, "eagle_config": {FIELD: [1, 29, 57], "use_aux_hidden_state": True}}
 SPECFORGE_KIMI_K2 = {**LLAMA_DRAFTER, "eagle_config": {FIELD: [2, 30, 58], "use_aux_hidden_state": True}}
 MLA_DRAFTER = {**LLAMA_DRAFTER, "architectures": ["Eagle3DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"}
@@ -58,7 +70,7 @@ def finding(report, check):
 def run_fix(command: str) -> None:
     """Run a fix exactly as printed, the tool's own command resolved to this interpreter."""
     if command.startswith("vllm-eagle3-patch "):
-        command = f"{shlex.quote(sys.executable)} -m vllm_eagle3_patch {command[len('vllm-eagle3-patch '):]}"
+        command = f"{shlex.quote(sys.executable)} -m vllm_eagle3_patch {command[len('vllm-eagle3-patch ') :]}"
     subprocess.run(command, shell=True, check=True, capture_output=True)
 
 
@@ -172,14 +184,18 @@ def test_drafter_architecture_by_release(release, checkpoints, config, version, 
 
 def test_a_speculators_format_drafter_is_not_guessed_at(release, checkpoints):
     package_dir = release("0.17.1")
-    drafter, target = checkpoints({**LLAMA_DRAFTER, "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"]})
+    drafter, target = checkpoints(
+        {**LLAMA_DRAFTER, "speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"]}
+    )
     report = doctor(package_dir, drafter, target)
     assert finding(report, "architecture")["verdict"] == "unknown" and report["consistent"] is False
 
 
 def test_wrong_hidden_size_and_vocabulary(release, checkpoints):
     package_dir = release("0.17.1")
-    drafter, target = checkpoints({**LLAMA_DRAFTER, "hidden_size": 4096, "vocab_size": 128256, "draft_vocab_size": 32000})
+    drafter, target = checkpoints(
+        {**LLAMA_DRAFTER, "hidden_size": 4096, "vocab_size": 128256, "draft_vocab_size": 32000}
+    )
     report = doctor(package_dir, drafter, target)
     assert report["consistent"] is False
     assert finding(report, "hidden size")["verdict"] == "problem" and "4096" in finding(report, "hidden size")["detail"]
@@ -193,7 +209,9 @@ def test_target_hidden_size_of_the_drafter_counts(release, checkpoints):
 
 
 def safetensors_header(directory, tensors: dict[str, list[int]]) -> None:
-    header = json.dumps({name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]} for name, shape in tensors.items()})
+    header = json.dumps(
+        {name: {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]} for name, shape in tensors.items()}
+    )
     (directory / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header.encode())
 
 
@@ -225,7 +243,9 @@ def test_without_a_target_the_layers_are_unknown(release, checkpoints):
     drafter, _ = checkpoints(SPECFORGE_DEEPSEEK_V3)
     report = doctor(package_dir, drafter)
     assert report["consistent"] is False and report["target"] is None
-    assert finding(report, "hidden size")["verdict"] == "unknown" and "--target" in finding(report, "hidden size")["fix"]
+    assert (
+        finding(report, "hidden size")["verdict"] == "unknown" and "--target" in finding(report, "hidden size")["fix"]
+    )
     assert finding(report, "layers")["verdict"] == "unknown"
 
 
@@ -243,7 +263,11 @@ def test_text_output_is_one_line_per_finding_with_its_fix(release, checkpoints):
 def test_bad_drafter_config_is_one_line_exit_1(release, tmp_path):
     (tmp_path / "config.json").write_text("{oops")
     completed = run_cli("--vllm-dir", str(release("0.17.1")), "doctor", "--drafter", str(tmp_path))
-    assert completed.returncode == 1 and completed.stderr.count("\n") == 1 and "config.json: not valid JSON" in completed.stderr
+    assert (
+        completed.returncode == 1
+        and completed.stderr.count("\n") == 1
+        and "config.json: not valid JSON" in completed.stderr
+    )
     assert run_cli("doctor", "--help").returncode == 0
     assert run_cli("doctor").returncode == 2
 

@@ -7,8 +7,6 @@ import json
 
 import pytest
 
-from vllm_eagle3_patch.eagle3.release import DRAFTER_IDS_FIELD
-from vllm_eagle3_patch.eagle3 import layer_ids
 from vllm_eagle3_patch.drafters.drafter_config import (
     Convention,
     DrafterIds,
@@ -19,6 +17,8 @@ from vllm_eagle3_patch.drafters.drafter_config import (
     read_config,
     tensor_shapes,
 )
+from vllm_eagle3_patch.eagle3 import layer_ids
+from vllm_eagle3_patch.eagle3.release import DRAFTER_IDS_FIELD
 from vllm_eagle3_patch.errors import ToolError
 
 SPECFORGE_DEEPSEEK_V3 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {DRAFTER_IDS_FIELD: [1, 29, 57]}}
@@ -48,11 +48,21 @@ def test_where_the_ids_are(tmp_path, config, location, ids):
 @pytest.mark.parametrize(
     ("found", "num_layers", "convention", "reason"),
     [
-        pytest.param(DrafterIds(Location.EAGLE_CONFIG, (1, 29, 57)), None, Convention.SGLANG, "n = 61", id="specforge-v3"),
-        pytest.param(DrafterIds(Location.EAGLE_CONFIG, (1, 29, 57)), 61, Convention.SGLANG, "minus one", id="specforge-v3-target"),
-        pytest.param(DrafterIds(Location.TOP_LEVEL, (1, 29, 57)), 61, Convention.SGLANG, "minus one", id="top-level-minus-one"),
-        pytest.param(DrafterIds(Location.EAGLE_CONFIG, (1, 29, 57)), 40, None, "do not tell", id="pattern-of-another-n"),
-        pytest.param(DrafterIds(Location.EAGLE_CONFIG, (2, 30, 58)), 61, None, "vLLM's default for 61", id="specforge-kimi-k2"),
+        pytest.param(
+            DrafterIds(Location.EAGLE_CONFIG, (1, 29, 57)), None, Convention.SGLANG, "n = 61", id="specforge-v3"
+        ),
+        pytest.param(
+            DrafterIds(Location.EAGLE_CONFIG, (1, 29, 57)), 61, Convention.SGLANG, "minus one", id="specforge-v3-target"
+        ),
+        pytest.param(
+            DrafterIds(Location.TOP_LEVEL, (1, 29, 57)), 61, Convention.SGLANG, "minus one", id="top-level-minus-one"
+        ),
+        pytest.param(
+            DrafterIds(Location.EAGLE_CONFIG, (1, 29, 57)), 40, None, "do not tell", id="pattern-of-another-n"
+        ),
+        pytest.param(
+            DrafterIds(Location.EAGLE_CONFIG, (2, 30, 58)), 61, None, "vLLM's default for 61", id="specforge-kimi-k2"
+        ),
         pytest.param(DrafterIds(Location.EAGLE_CONFIG, (5, 9, 20)), None, None, "do not tell", id="nested-other"),
         pytest.param(DrafterIds(Location.TOP_LEVEL, (3, 31, 59)), 61, Convention.VLLM, "top level", id="top-level"),
         pytest.param(DrafterIds(Location.ABSENT), 61, None, "no ids", id="absent"),
@@ -90,7 +100,17 @@ def test_an_explicit_choice_against_the_evidence_is_kept_and_flagged(tmp_path):
 
 @pytest.mark.parametrize(
     ("num_layers", "expected"),
-    [(1, None), (2, (0, 1, 2)), (3, (0, 1, 2)), (4, (1, 2, 3)), (5, (1, 2, 3)), (6, (2, 3, 4)), (7, (2, 3, 4)), (8, (2, 4, 5)), (61, (2, 30, 58))],
+    [
+        (1, None),
+        (2, (0, 1, 2)),
+        (3, (0, 1, 2)),
+        (4, (1, 2, 3)),
+        (5, (1, 2, 3)),
+        (6, (2, 3, 4)),
+        (7, (2, 3, 4)),
+        (8, (2, 4, 5)),
+        (61, (2, 30, 58)),
+    ],
 )
 def test_patched_default_ids_are_three_distinct_increasing_states(num_layers, expected):
     ids = layer_ids.patched_default(num_layers)

@@ -16,15 +16,15 @@ from itertools import islice
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
 from lifting import lift_method
+from wheel_corpus import release_tree
+
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderTarget
+from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGateTarget
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
 from vllm_eagle3_patch.registry import DEEPSEEK_V2, gated_model_types
-from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGateTarget
-from wheel_corpus import release_tree
 
 RELEASES = ("0.10.1", "0.13.0", "0.17.1")
 PATH = "model_executor/models/deepseek_v2.py"
@@ -41,7 +41,11 @@ def read_release(version: str) -> Release:
 
 READERS = {version: read_release(version) for version in RELEASES}
 SOURCES = {version: READERS[version].read(PATH) for version in RELEASES}
-LOOP = re.compile(r"^([ \t]+)for layer in (islice\(self\.layers, self\.start_layer, self\.end_layer\)|self\.layers\[self\.start_layer:self\.end_layer\]):$", re.M)
+LOOP = re.compile(
+    r"^([ \t]+)for layer in "
+    r"(islice\(self\.layers, self\.start_layer, self\.end_layer\)|self\.layers\[self\.start_layer:self\.end_layer\]):$",
+    re.M,
+)
 
 
 def forward_block(source: str) -> tuple[int, int]:
@@ -195,7 +199,11 @@ def assert_behaves(patched: str) -> None:
     namespace = lift_forward(patched)
     for start, end, first, last in STAGES:
         for ids in [(), (0,), (0, 3, 8), (8, 1), (5,), (4,), (6,)]:
-            assert run(namespace, ids, start, end, first, last) == reference(ids, start, end, first, last), (ids, start, end)
+            assert run(namespace, ids, start, end, first, last) == reference(ids, start, end, first, last), (
+                ids,
+                start,
+                end,
+            )
 
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -260,7 +268,9 @@ def reshape_any_interfaces_import(s: str) -> str:
     multi = re.search(r"^from vllm\.model_executor\.models\.interfaces import \(([^)]*)\)", s, re.M)
     need(multi is not None)
     names = [n.strip() for n in multi.group(1).split(",") if n.strip()]
-    return s[: multi.start()] + "from vllm.model_executor.models.interfaces import " + ", ".join(names) + s[multi.end() :]
+    return (
+        s[: multi.start()] + "from vllm.model_executor.models.interfaces import " + ", ".join(names) + s[multi.end() :]
+    )
 
 
 def reorder_wrapper_bases(s: str) -> str:
@@ -271,7 +281,9 @@ def reorder_wrapper_bases(s: str) -> str:
 
 
 def decorate_wrapper(s: str) -> str:
-    return s.replace("\nclass KimiK25ForConditionalGeneration(", "\n@(lambda cls: cls)\nclass KimiK25ForConditionalGeneration(", 1)
+    return s.replace(
+        "\nclass KimiK25ForConditionalGeneration(", "\n@(lambda cls: cls)\nclass KimiK25ForConditionalGeneration(", 1
+    )
 
 
 def duplicate_wrapper(s: str) -> str:
@@ -329,7 +341,11 @@ def reflow_whitelist(s: str) -> str:
     match = re.search(r"(eagle3_target_supported|aux_hidden_states_supported) = \[([^\]]*)\]", s)
     need(match is not None)
     items = [i.strip() for i in match.group(2).split(",") if i.strip()]
-    body = ", ".join(items) if "\n" in match.group(2) else "\n" + "".join(f"            {i},\n" for i in items) + "        "
+    body = (
+        ", ".join(items)
+        if "\n" in match.group(2)
+        else "\n" + "".join(f"            {i},\n" for i in items) + "        "
+    )
     return s[: match.start(2)] + body + s[match.end(2) :]
 
 
@@ -347,7 +363,9 @@ def whitelist_values(patched: str) -> list[str]:
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     version=st.sampled_from(("0.11.0", "0.16.0", "0.17.1")),
-    mutations=st.lists(st.sampled_from([crlf, tabs, reflow_whitelist, duplicate_whitelist]), min_size=1, max_size=3, unique=True),
+    mutations=st.lists(
+        st.sampled_from([crlf, tabs, reflow_whitelist, duplicate_whitelist]), min_size=1, max_size=3, unique=True
+    ),
 )
 def test_mutated_gates_accept_the_new_types_or_are_refused(version, mutations):
     read = READERS.setdefault(version, read_release(version))

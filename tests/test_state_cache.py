@@ -20,7 +20,17 @@ MODEL = "model_executor/models/deepseek_v2.py"
 def status(package_dir: Path, cache: Path | str) -> tuple[dict, str]:
     """``status --json`` and the modules it imported (``-X importtime``)."""
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), "status", "--json"],
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "vllm_eagle3_patch",
+            "--vllm-dir",
+            str(package_dir),
+            "status",
+            "--json",
+        ],
         capture_output=True,
         text=True,
         env={"VLLM_EAGLE3_PATCH_VERDICT_CACHE": str(cache), "PATH": "/usr/bin:/bin"},
@@ -77,7 +87,9 @@ def test_an_unusable_or_damaged_cache_changes_no_answer(release, tmp_path):
 
 def test_an_empty_variable_turns_the_cache_off(release, tmp_path):
     package_dir = release("0.17.1")
-    result = run_cli("--vllm-dir", str(package_dir), "status", "--json", env={"VLLM_EAGLE3_PATCH_VERDICT_CACHE": ""}, cwd=tmp_path)
+    result = run_cli(
+        "--vllm-dir", str(package_dir), "status", "--json", env={"VLLM_EAGLE3_PATCH_VERDICT_CACHE": ""}, cwd=tmp_path
+    )
     assert result.returncode == 0 and json.loads(result.stdout)["state"] == "unpatched"
     assert not list(tmp_path.rglob("*.json"))
     _, imports = status(package_dir, "")

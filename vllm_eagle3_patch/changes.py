@@ -78,7 +78,9 @@ def apply(install: VllmInstall, options: Options, accept_modified: bool = False)
             if plan.changes:
                 return _write_patches(plan)
     if plan.state is State.NATIVE:
-        return Outcome(f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do{_left_alone(plan)}")
+        return Outcome(
+            f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do{_left_alone(plan)}"
+        )
     return Outcome(f"vLLM {install.version} is already patched; nothing to do{_left_alone(plan)}")
 
 
@@ -143,7 +145,10 @@ def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: Stat
         backup = state_dir.backup_path(path).read_bytes()
     except OSError:
         return
-    if _compare(install, path, sha256(backup)).check is RecordCheck.MATCHES and _compare(install, path, digest).check is not RecordCheck.MATCHES:
+    if (
+        _compare(install, path, sha256(backup)).check is RecordCheck.MATCHES
+        and _compare(install, path, digest).check is not RecordCheck.MATCHES
+    ):
         raise ToolError(
             f"{install.package_dir / path}: its backup is vLLM's original and the file differs from the installed "
             f"vLLM {install.version} (RECORD); `revert --force` restores the original. Nothing was changed"
@@ -194,7 +199,9 @@ def _restored_note(install: VllmInstall, restored: dict[str, Comparison]) -> str
     differing = sorted(path for path, c in restored.items() if c.check in (RecordCheck.MODIFIED, RecordCheck.ACCEPTED))
     if differing:
         verb = "differs" if len(differing) == 1 else "differ"
-        return f"; {', '.join(differing)} {verb} from the installed vLLM {install.version} (RECORD): edited before apply"
+        return (
+            f"; {', '.join(differing)} {verb} from the installed vLLM {install.version} (RECORD): edited before apply"
+        )
     if restored and all(c.check is RecordCheck.MATCHES for c in restored.values()):
         return "; they match its RECORD"
     return "; they cannot be checked against a RECORD"

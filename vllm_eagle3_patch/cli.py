@@ -120,8 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--interpreter",
         metavar="PATH",
-        help="the python that imports vLLM for the checks (default: --python's, else this one); "
-        "useful with --vllm-dir",
+        help="the python that imports vLLM for the checks (default: --python's, else this one); useful with --vllm-dir",
     )
     check.add_argument(
         "--engine",
@@ -143,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command in (status, diff, apply, revert, check, diagnose):
         command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-        command.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code")
+        command.add_argument(
+            "-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code"
+        )
     return parser
 
 

@@ -180,8 +180,12 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
     if verdict.state is State.PATCHED:
         if manifested is not None:
             reason = "changed since vllm-eagle3-patch applied it"
-            return FilePlan(path, target.name, State.MODIFIED, reason, current, refusal=f"{reason}; run `revert --force` first")
-        return FilePlan(path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current)
+            return FilePlan(
+                path, target.name, State.MODIFIED, reason, current, refusal=f"{reason}; run `revert --force` first"
+            )
+        return FilePlan(
+            path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current
+        )
     installed = originals.compare(path, sha256(current))
     if installed.check is RecordCheck.MODIFIED:
         if manifested is not None and originals.compare(path, manifested.sha256_before).check is RecordCheck.MATCHES:

@@ -71,7 +71,9 @@ def originals_line(plan: Plan) -> str:
     unchecked = [f.path for f in plan.files if f.installed is not None and f.installed.check is RecordCheck.UNCHECKED]
     line = f"originals: checked against {install.record.path}"
     if unchecked:
-        line += f" (not {', '.join(unchecked)}: {next(f.installed.detail for f in plan.files if f.path == unchecked[0])})"
+        line += (
+            f" (not {', '.join(unchecked)}: {next(f.installed.detail for f in plan.files if f.path == unchecked[0])})"
+        )
     return line
 
 

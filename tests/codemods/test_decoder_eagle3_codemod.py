@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import libcst as cst
 import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
-
-from pathlib import Path
+from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.family import Family, Wrapper
 from vllm_eagle3_patch.codemod.target import Options, State
@@ -15,7 +16,6 @@ from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
-from wrapper_sources import WRAPPER_SOURCE
 
 TOY = Family(
     "Toy",
@@ -26,7 +26,7 @@ TOY = Family(
     wrapper=Wrapper("model_executor/models/toy_mm.py", "ToyForConditionalGeneration"),
 )
 
-MODEL_TEMPLATE = '''\
+MODEL_TEMPLATE = """\
 {imports}
 
 
@@ -47,34 +47,34 @@ class ToyForCausalLM({bases}):
 
     def forward(self, x):
         return self.model(x)
-'''
+"""
 
-ISLICE_LOOP = '''\
+ISLICE_LOOP = """\
         for layer in islice(self.layers, self.start_layer, self.end_layer):
-            hidden_states, residual = layer(positions, hidden_states, residual)'''
+            hidden_states, residual = layer(positions, hidden_states, residual)"""
 
-RANGE_LOOP = '''\
+RANGE_LOOP = """\
         for i in range(self.start_layer, self.end_layer):
             layer = self.layers[i]
-            hidden_states, residual = layer(hidden_states, positions, residual)'''
+            hidden_states, residual = layer(hidden_states, positions, residual)"""
 
-SLICE_LOOP = '''\
+SLICE_LOOP = """\
         for layer in self.layers[self.start_layer:self.end_layer]:
             hidden_states, residual = layer(
                 positions,
                 hidden_states,
                 residual,
                 **kwargs,
-            )'''
+            )"""
 
-NORM_TAIL = '''\
+NORM_TAIL = """\
         if not get_pp_group().is_last_rank:
             return IntermediateTensors(hidden_states, residual)
 
         hidden_states, _ = self.norm(hidden_states, residual)
-        return hidden_states'''
+        return hidden_states"""
 
-NORM_IN_ELSE_TAIL = '''\
+NORM_IN_ELSE_TAIL = """\
         if not get_pp_group().is_last_rank:
             return IntermediateTensors(hidden_states, residual)
         else:
@@ -82,10 +82,12 @@ NORM_IN_ELSE_TAIL = '''\
                 hidden_states = self.norm(hidden_states)
             else:
                 hidden_states, _ = self.norm(hidden_states, residual)
-        return hidden_states'''
+        return hidden_states"""
 
 
-def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, tail=NORM_TAIL, bases="nn.Module, SupportsPP"):
+def source(
+    imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, tail=NORM_TAIL, bases="nn.Module, SupportsPP"
+):
     return MODEL_TEMPLATE.format(imports=imports, loop=loop, tail=tail, bases=bases)
 
 
@@ -112,7 +114,8 @@ class TestDecoderEagle3(CodemodTest):
     TRANSFORM = as_codemod(DecoderEagle3)
 
     def test_islice_loop_is_enumerated_with_global_ids(self) -> None:
-        after = '''\
+        after = (
+            """\
 from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch
 
 
@@ -147,7 +150,9 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
 
     def forward(self, x):
         return self.model(x)
-''' + METHODS
+"""
+            + METHODS
+        )
         self.assertCodemod(source(), after, TOY)
 
     def test_range_loop_uses_its_own_index(self) -> None:
@@ -173,7 +178,9 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
         after = patch(source(tail=NORM_IN_ELSE_TAIL))
         capture = after.index("if self.end_layer in aux_layer_ids:")
         assert capture < after.index("if not get_pp_group().is_last_rank:") < after.index("if aux_hidden_states:")
-        assert after.index("if not get_pp_group().is_last_rank:") < after.index("hidden_states = self.norm(hidden_states)")
+        assert after.index("if not get_pp_group().is_last_rank:") < after.index(
+            "hidden_states = self.norm(hidden_states)"
+        )
         compile(after, "<patched>", "exec")
 
     def test_without_protocol_only_methods_are_added(self) -> None:
@@ -193,14 +200,19 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
 
 
 def test_slice_loop_and_four_argument_call_keep_their_names():
-    loop = '''\
+    loop = """\
         for block in self.layers[self.start_layer:self.end_layer]:
-            h, r = block(positions, h, r, llama_4_scaling)'''
+            h, r = block(positions, h, r, llama_4_scaling)"""
     code = source(loop=loop).replace("hidden_states, residual = intermediate_tensors", "h, r = intermediate_tensors")
-    code = code.replace("self.norm(hidden_states, residual)", "self.norm(h, r)").replace("return hidden_states\n\n\nclass", "return h\n\n\nclass")
+    code = code.replace("self.norm(hidden_states, residual)", "self.norm(h, r)").replace(
+        "return hidden_states\n\n\nclass", "return h\n\n\nclass"
+    )
     code = code.replace("hidden_states, _ = self.norm", "h, _ = self.norm")
     out = patch(code)
-    assert "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):" in out
+    assert (
+        "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):"
+        in out
+    )
     assert "aux_hidden_states.append(h if r is None else h + r)" in out
     assert "return h, aux_hidden_states" in out
     compile(out, "patched", "exec")
@@ -285,7 +297,9 @@ REFUSED = [
         "already uses the name 'aux_hidden_states'",
         id="name-taken",
     ),
-    pytest.param(source().replace("class ToyForCausalLM", "class OtherForCausalLM"), "ToyForCausalLM", id="no-causal-lm"),
+    pytest.param(
+        source().replace("class ToyForCausalLM", "class OtherForCausalLM"), "ToyForCausalLM", id="no-causal-lm"
+    ),
     pytest.param(source().replace("class ToyModel", "class ToyNet"), "class ToyModel", id="no-model"),
     pytest.param(source() + "\n\nclass ToyModel:\n    pass\n", "found 2", id="two-models"),
     pytest.param(
@@ -330,28 +344,51 @@ def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
         (source(), reader(runner="nothing here"), State.UNSUPPORTED, "no EAGLE-3"),
         (source(), reader(runner=MIXIN_RUNNER), State.UNPATCHED, "patchable"),
         (source(bases="nn.Module, SupportsPP, SupportsEagle3"), reader(), State.NATIVE, "already implements"),
-        (source().replace("class ToyModel(nn.Module)", "class ToyModel(nn.Module, EagleModelMixin)"), reader(), State.NATIVE, "ToyModel"),
         (
-            source().replace("        return self.model(x)\n", "        return self.model(x)\n\n    def get_eagle3_aux_hidden_state_layers(self):\n        return (1,)\n"),
+            source().replace("class ToyModel(nn.Module)", "class ToyModel(nn.Module, EagleModelMixin)"),
+            reader(),
+            State.NATIVE,
+            "ToyModel",
+        ),
+        (
+            source().replace(
+                "        return self.model(x)\n",
+                "        return self.model(x)\n\n    def get_eagle3_aux_hidden_state_layers(self):\n        return (1,)\n",
+            ),
             reader(),
             State.NATIVE,
             "already implements",
         ),
         (
-            source().replace("        return self.model(x)\n", f"        return self.model(x)\n\n    def {DEFAULT_GETTER}(self):\n        return (1,)\n"),
+            source().replace(
+                "        return self.model(x)\n",
+                f"        return self.model(x)\n\n    def {DEFAULT_GETTER}(self):\n        return (1,)\n",
+            ),
             reader(runner=MIXIN_RUNNER),
             State.NATIVE,
             "already implements",
         ),
     ],
-    ids=["unpatched", "patched", "no-eagle3", "mixin-release", "protocol-base", "mixin-base", "getter", "default-getter"],
+    ids=[
+        "unpatched",
+        "patched",
+        "no-eagle3",
+        "mixin-release",
+        "protocol-base",
+        "mixin-base",
+        "getter",
+        "default-getter",
+    ],
 )
 def test_target_states(code, read, state, reason):
     verdict = DecoderTarget(TOY).examine(code, read, Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
 
 
-@pytest.mark.parametrize(("runner", "getter", "other"), [(RUNNER_WITH_EAGLE3, GETTER, DEFAULT_GETTER), (MIXIN_RUNNER, DEFAULT_GETTER, GETTER)])
+@pytest.mark.parametrize(
+    ("runner", "getter", "other"),
+    [(RUNNER_WITH_EAGLE3, GETTER, DEFAULT_GETTER), (MIXIN_RUNNER, DEFAULT_GETTER, GETTER)],
+)
 def test_the_getter_is_named_as_the_release_runner_asks(runner, getter, other):
     """From 0.18.0 the runner asks get_eagle3_default_aux_hidden_state_layers; the model and the
     wrapper must answer under that name, or SupportsEagle3's default (the mixin's) would."""
@@ -383,14 +420,14 @@ def test_ids_declared_on_the_class_come_first_after_the_docstring(docstring: str
     assert declared not in patch(code)  # only where the family asks for it
 
 
-UPSTREAM_INIT = '''\
+UPSTREAM_INIT = """\
     def __init__(self, config):
         super().__init__()
         self.layers = make_layers(config)
         self.aux_hidden_state_layers: tuple[int, ...] = ()
-'''
+"""
 
-UPSTREAM_COLLECTING_LOOP = '''\
+UPSTREAM_COLLECTING_LOOP = """\
         aux_hidden_states = []
         for layer_idx, layer in enumerate(
             islice(self.layers, self.start_layer, self.end_layer),
@@ -400,10 +437,11 @@ UPSTREAM_COLLECTING_LOOP = '''\
                 aux_hidden_states.append(
                     hidden_states + residual if residual is not None else hidden_states
                 )
-            hidden_states, residual = layer(positions=positions, hidden_states=hidden_states, residual=residual)'''
+            hidden_states, residual = layer(positions=positions, hidden_states=hidden_states, residual=residual)"""
 
 UPSTREAM_TAIL = NORM_TAIL.replace(
-    "        return hidden_states", "        if aux_hidden_states:\n            return hidden_states, aux_hidden_states\n        return hidden_states"
+    "        return hidden_states",
+    "        if aux_hidden_states:\n            return hidden_states, aux_hidden_states\n        return hidden_states",
 )
 
 
@@ -426,7 +464,8 @@ class TestUpstreamCollectingForward(CodemodTest):
             before.replace("import SupportsPP\n", "import SupportsPP, SupportsEagle3  # vllm-eagle3-patch\n")
             .replace("        hidden_states, _ = self.norm(", capture_last + "        hidden_states, _ = self.norm(")
             .replace(
-                "class ToyForCausalLM(nn.Module, SupportsPP):", "class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch"
+                "class ToyForCausalLM(nn.Module, SupportsPP):",
+                "class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch",
             )
             + METHODS
         )
@@ -436,14 +475,18 @@ class TestUpstreamCollectingForward(CodemodTest):
 def test_enumerated_loop_without_upstream_capture_keeps_its_index() -> None:
     """``for i, layer in enumerate(<own layers>, start=self.start_layer)``: ``i`` is the global id."""
     loop = UPSTREAM_COLLECTING_LOOP.split("        for ", 1)[1].split("            if layer_idx", 1)[0]
-    after = patch(source(loop="        for " + loop + "            hidden_states, residual = layer(hidden_states, residual)"))
+    after = patch(
+        source(loop="        for " + loop + "            hidden_states, residual = layer(hidden_states, residual)")
+    )
     assert "            if layer_idx in aux_layer_ids:  # vllm-eagle3-patch\n" in after
     assert "aux_layer_idx" not in after
 
 
-CHILD = Family("Toy child", "model_executor/models/toy_child.py", "ChildModel", "ChildForCausalLM", (), forward_from=TOY)
+CHILD = Family(
+    "Toy child", "model_executor/models/toy_child.py", "ChildModel", "ChildForCausalLM", (), forward_from=TOY
+)
 
-CHILD_SOURCE = '''\
+CHILD_SOURCE = """\
 from .interfaces import SupportsPP
 from .toy import ToyModel
 
@@ -459,7 +502,7 @@ class ChildForCausalLM(nn.Module, SupportsPP):
 
     def forward(self, x):
         return self.model(x)
-'''
+"""
 
 
 class TestInheritedForward(CodemodTest):
@@ -473,7 +516,10 @@ class TestInheritedForward(CodemodTest):
                 "        self.layers = make_layers(config)\n",
                 "        self.layers = make_layers(config)\n        self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch\n",
             )
-            .replace("class ChildForCausalLM(nn.Module, SupportsPP):", "class ChildForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch")
+            .replace(
+                "class ChildForCausalLM(nn.Module, SupportsPP):",
+                "class ChildForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patch",
+            )
             + METHODS
         )
         self.assertCodemod(CHILD_SOURCE, after, CHILD)
@@ -486,9 +532,17 @@ class TestInheritedForward(CodemodTest):
         (CHILD_SOURCE, patch(source()), State.UNPATCHED, "patchable"),
         (CHILD_SOURCE, source(loop="        pass"), State.UNSUPPORTED, "toy.py is unsupported: expected a loop"),
         (CHILD_SOURCE, None, State.UNSUPPORTED, "toy.py is missing"),
-        (CHILD_SOURCE.replace("(ToyModel)", "(nn.Module)"), source(), State.UNSUPPORTED, "expected ChildModel to subclass ToyModel"),
         (
-            CHILD_SOURCE.replace("\n\nclass ChildForCausalLM", "\n    def forward(self, x):\n        return x\n\n\nclass ChildForCausalLM"),
+            CHILD_SOURCE.replace("(ToyModel)", "(nn.Module)"),
+            source(),
+            State.UNSUPPORTED,
+            "expected ChildModel to subclass ToyModel",
+        ),
+        (
+            CHILD_SOURCE.replace(
+                "\n\nclass ChildForCausalLM",
+                "\n    def forward(self, x):\n        return x\n\n\nclass ChildForCausalLM",
+            ),
             source(),
             State.UNSUPPORTED,
             "ChildModel defines its own forward",

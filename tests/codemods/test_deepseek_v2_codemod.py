@@ -4,11 +4,11 @@ family, are in ``test_decoder_eagle3_codemod.py``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
-
-from pathlib import Path
 
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
@@ -17,7 +17,7 @@ from vllm_eagle3_patch.registry import DEEPSEEK_V2
 
 TARGET = DecoderTarget(DEEPSEEK_V2)
 
-MODEL_TEMPLATE = '''\
+MODEL_TEMPLATE = """\
 {imports}
 
 
@@ -42,11 +42,11 @@ class DeepseekV2ForCausalLM({bases}):
 
     def forward(self, x):
         return self.model(x)
-'''
+"""
 
-ISLICE_LOOP = '''\
+ISLICE_LOOP = """\
         for layer in islice(self.layers, self.start_layer, self.end_layer):
-            hidden_states, residual = layer(positions, hidden_states, residual)'''
+            hidden_states, residual = layer(positions, hidden_states, residual)"""
 
 
 def source(imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, bases="nn.Module, SupportsPP"):
@@ -57,7 +57,7 @@ class TestDeepseekV2Eagle3(CodemodTest):
     TRANSFORM = as_codemod(DecoderEagle3)
 
     def test_whole_transform(self) -> None:
-        after = '''\
+        after = """\
 from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch
 
 
@@ -118,7 +118,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
                 "decoder layers has fewer: use a target with 2 layers or more"
             )
         return (num_layers // 2 - 1, num_layers // 2, num_layers // 2 + 1)  # (2, n // 2, n - 3) would repeat ids
-'''
+"""
         self.assertCodemod(source(), after, DEEPSEEK_V2)
 
 

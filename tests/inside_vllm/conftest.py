@@ -23,9 +23,8 @@ if str(HERE) not in sys.path:  # ``import harness`` under any --import-mode
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Say which vLLM tree is under test, so a log shows what was really imported."""
-    import vllm
-
     import harness
+    import vllm
 
     return [f"vllm {harness.vllm_version()} from {Path(vllm.__file__).parent}"]
 

@@ -102,9 +102,7 @@ def layer_formula(
     return hidden_states * layer_scale(index) + layer_shift(index), new_residual
 
 
-def norm_formula(
-    hidden_states: torch.Tensor, residual: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def norm_formula(hidden_states: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """What the stand-in final norm computes, shaped like fused-add ``RMSNorm``.
 
     Returns ``(normed, hidden_states + residual)``; ``normed`` differs from the sum so a
@@ -167,7 +165,12 @@ class HiddenFirstStandInLayer(StandInLayer):
     """A stand-in for layers called ``layer(hidden_states, positions, residual)`` (Bailing MoE)."""
 
     def forward(  # type: ignore[override]
-        self, hidden_states: torch.Tensor, positions: torch.Tensor, residual: torch.Tensor | None, *extra_args: Any, **extra_kwargs: Any
+        self,
+        hidden_states: torch.Tensor,
+        positions: torch.Tensor,
+        residual: torch.Tensor | None,
+        *extra_args: Any,
+        **extra_kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return super().forward(positions, hidden_states, residual, *extra_args, **extra_kwargs)
 
@@ -263,7 +266,9 @@ def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE, **extra: A
         model_config=model_config,
         cache_config=None,
         quant_config=None,
-        parallel_config=types.SimpleNamespace(enable_eplb=False, eplb_config=types.SimpleNamespace(num_redundant_experts=0)),
+        parallel_config=types.SimpleNamespace(
+            enable_eplb=False, eplb_config=types.SimpleNamespace(num_redundant_experts=0)
+        ),
         scheduler_config=types.SimpleNamespace(max_num_batched_tokens=NUM_TOKENS),
         compilation_config=no_compile_config(),
     )
@@ -414,7 +419,9 @@ def deepseek_stage(
     model_class: type | None = None,
 ) -> Iterator[Stage]:
     """Build a real ``DeepseekV2Model`` for layers ``start_layer..end_layer`` of ``num_layers``."""
-    with decoder_stage(DEEPSEEK, num_layers, start_layer, end_layer, first=first, last=last, model_class=model_class) as stage:
+    with decoder_stage(
+        DEEPSEEK, num_layers, start_layer, end_layer, first=first, last=last, model_class=model_class
+    ) as stage:
         yield stage
 
 
@@ -454,18 +461,12 @@ def decoder_stage(
         patcher.setattr(module, "get_pp_group", lambda: pp_group)
         patcher.setattr(forward_module, "get_pp_group", lambda: pp_group)
         patcher.setattr(parallel_state, "get_pp_group", lambda: pp_group)
-        patcher.setattr(
-            distributed_utils, "get_pp_indices", lambda *_args: (start_layer, end_layer)
-        )
+        patcher.setattr(distributed_utils, "get_pp_indices", lambda *_args: (start_layer, end_layer))
         patcher.setattr(module, decoder.layer, decoder.stand_in)
         patcher.setattr(module, decoder.norm, StandInNorm)
         patcher.setattr(module, "VocabParallelEmbedding", StandInEmbedding)
         model = cls(vllm_config=fake_vllm_config(num_layers, **dict(decoder.config)), prefix="model")
-        layers = {
-            index: layer
-            for index, layer in enumerate(model.layers)
-            if isinstance(layer, StandInLayer)
-        }
+        layers = {index: layer for index, layer in enumerate(model.layers) if isinstance(layer, StandInLayer)}
         yield Stage(model, module, num_layers, start_layer, end_layer, pp_group, layers)
     finally:
         patcher.undo()
@@ -517,9 +518,7 @@ def speculative_config_for(target_model_type: str, method: str = "eagle3") -> An
         method=method,
         num_speculative_tokens=3,
         draft_model_config=None,
-        target_model_config=types.SimpleNamespace(
-            hf_text_config=types.SimpleNamespace(model_type=target_model_type)
-        ),
+        target_model_config=types.SimpleNamespace(hf_text_config=types.SimpleNamespace(model_type=target_model_type)),
     )
     for name, value in values.items():
         object.__setattr__(config, name, value)

@@ -32,12 +32,11 @@ import importlib
 import inspect
 from collections.abc import Iterator, Sequence
 
+import harness
 import pytest
 import torch
-from packaging.version import Version
-
-import harness
 from harness import Reference, Stage, deepseek_stage, reference_forward
+from packaging.version import Version
 
 VERSION = harness.vllm_version()
 CAUSAL_LM_CLASSES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
@@ -221,9 +220,7 @@ def test_first_layer_of_a_later_stage() -> None:
         pytest.param(True, 0, 4, (0, 2, 4), id="first-rank"),
     ],
 )
-def test_non_last_rank_returns_intermediate_tensors(
-    first: bool, start: int, end: int, ids: tuple[int, ...]
-) -> None:
+def test_non_last_rank_returns_intermediate_tensors(first: bool, start: int, end: int, ids: tuple[int, ...]) -> None:
     """Capturing on a non-last rank does not change what it sends on."""
     with deepseek_stage(8, start, end, first=first, last=False) as stage:
         ref = reference_forward(stage)

@@ -22,13 +22,12 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-from packaging.version import Version
-from torch import nn
-
 import harness
+import pytest
 from harness import DecoderFile, decoder_stage, reference_forward
+from packaging.version import Version
 from test_eagle3_behaviour import _supports_eagle3, assert_captured, assert_intermediate, assert_same
+from torch import nn
 
 VERSION = harness.vllm_version()
 GETTER = harness.default_ids_getter()
@@ -139,14 +138,17 @@ def native(spec: importlib.machinery.ModuleSpec, family: FamilyUnderTest) -> boo
         return {ast.unparse(base) for base in classes[name].bases} if name in classes else set()
 
     causal_lm = classes.get(family.causal_lm)
-    getter = causal_lm is not None and any(isinstance(i, ast.FunctionDef) and i.name in harness.GETTERS for i in causal_lm.body)
+    getter = causal_lm is not None and any(
+        isinstance(i, ast.FunctionDef) and i.name in harness.GETTERS for i in causal_lm.body
+    )
     return getter or "SupportsEagle3" in bases(family.causal_lm) or "EagleModelMixin" in bases(family.decoder.model)
 
 
 TORCHVISION_MISSING = (
     "{module} imports transformers' Qwen2-VL video processor, which needs torchvision, absent from this "
     "interpreter (PyPI's torchvision does not load beside the local CPU torch): the outer suite runs these "
-    "tests in the engine interpreter (PyPI's torch and torchvision), test_releases.py::test_qwen3_5_on_its_own_interpreter"
+    "tests in the engine interpreter (PyPI's torch and torchvision), "
+    "test_releases.py::test_qwen3_5_on_its_own_interpreter"
 )
 
 
@@ -299,7 +301,19 @@ def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
 
 
 @pytest.mark.parametrize(
-    "model_type", ["glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "qwen3_next", "qwen3_5", "qwen3_5_text", "phi3"]
+    "model_type",
+    [
+        "glm4_moe",
+        "gemma3",
+        "gemma3_text",
+        "bailing_moe",
+        "minimax_m2",
+        "longcat_flash",
+        "qwen3_next",
+        "qwen3_5",
+        "qwen3_5_text",
+        "phi3",
+    ],
 )
 def test_gate_accepts_the_families(model_type: str) -> None:
     """Every release accepts every family's type, but Qwen3-Next's and Qwen3.5's only where they

@@ -28,12 +28,11 @@ import importlib
 import types
 from typing import Any
 
+import harness
 import pytest
 import torch
 from packaging.version import Version
 from torch import nn
-
-import harness
 
 VERSION = harness.vllm_version()
 KIMI_K25_FIRST = Version("0.15.0")
@@ -145,9 +144,7 @@ def load_drafter(target: nn.Module, monkeypatch: pytest.MonkeyPatch) -> StandInD
     """
     eagle = importlib.import_module(EAGLE)
     drafter = StandInDrafter()
-    speculative_config = types.SimpleNamespace(
-        draft_model_config=object(), draft_load_config=object()
-    )
+    speculative_config = types.SimpleNamespace(draft_model_config=object(), draft_load_config=object())
 
     def get_model(*, vllm_config: Any, model_config: Any, **kwargs: Any) -> nn.Module:
         assert model_config is speculative_config.draft_model_config, "not the drafter's config"

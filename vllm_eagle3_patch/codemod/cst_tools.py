@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
@@ -18,7 +18,6 @@ from .target import MARKER, Unrecognised
 
 MARK = f"# {MARKER}"
 """The trailing comment put on every line this tool adds or changes."""
-
 
 
 def import_lazily(name: str) -> ModuleType:
@@ -74,7 +73,7 @@ def walk(node: cst.CSTNode, into: Callable[[cst.CSTNode], bool] = lambda _: True
             stack.extend(reversed(_children(current)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _field_names(kind: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(kind))
 
@@ -97,7 +96,7 @@ def find(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = la
 
 def find_statements(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
     """Like :func:`find`, but for statements: never enters an expression, so it is quick."""
-    into = lambda n: not isinstance(n, (cst.BaseExpression, cst.SimpleStatementLine))  # noqa: E731
+    into = lambda n: not isinstance(n, (cst.BaseExpression, cst.SimpleStatementLine))
     return [n for n in walk(node, into) if isinstance(n, kind) and where(n)]
 
 
@@ -335,13 +334,17 @@ def _after_imports(head: list[cst.BaseStatement]) -> int:
     imports = [i for i, line in enumerate(head) if isinstance(sole_statement(line), (cst.Import, cst.ImportFrom))]
     if imports:
         return imports[-1] + 1
-    docstring = head and isinstance(sole_statement(head[0]), cst.Expr) and isinstance(head[0].body[0].value, cst.SimpleString)  # type: ignore[attr-defined]
+    docstring = (
+        head and isinstance(sole_statement(head[0]), cst.Expr) and isinstance(head[0].body[0].value, cst.SimpleString)
+    )  # type: ignore[attr-defined]
     return 1 if docstring else 0
 
 
 def _imports_name(line: cst.BaseStatement, name: str) -> bool:
     """``from ... import a, <name>, b`` (one statement on the line)."""
     statement = sole_statement(line)
-    return isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar) and any(
-        is_name(alias.name, name) for alias in statement.names
+    return (
+        isinstance(statement, cst.ImportFrom)
+        and not isinstance(statement.names, cst.ImportStar)
+        and any(is_name(alias.name, name) for alias in statement.names)
     )

@@ -46,7 +46,7 @@ class Family:
     policy: Policy = Policy.OPTIONAL
     """``REQUIRED``: a vLLM whose file cannot be patched is refused as a whole (DeepSeek, the
     tool's first purpose); ``OPTIONAL``: the file is left alone and the other targets are still patched."""
-    forward_from: Optional["Family"] = None
+    forward_from: Optional[Family] = None
     """The family whose model's ``forward`` this family's model inherits (Qwen3.5's runs
     Qwen3-Next's): here only the model's ``__init__`` and the causal LM are patched, and only
     where that family's file is patchable too."""

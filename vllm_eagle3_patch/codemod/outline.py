@@ -75,7 +75,9 @@ def outline(source: str, keep: Keep) -> Outline:
     done = 0  # lines[:done] are in parts
     for cls, node in _functions(tree):
         first, last = node.body[0].lineno, node.end_lineno or node.lineno
-        if not _body_on_own_lines(node, lines) or keep(Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))):
+        if not _body_on_own_lines(node, lines) or keep(
+            Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))
+        ):
             continue
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]

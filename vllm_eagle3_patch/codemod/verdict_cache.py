@@ -19,7 +19,7 @@ import hashlib
 import importlib.machinery
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -37,7 +37,7 @@ def default_directory() -> Optional[Path]:
     return Path(base) / "vllm-eagle3-patch" / "states"
 
 
-@lru_cache(maxsize=None)
+@cache
 def tool_fingerprint() -> str:
     """A hash of every source file that decides a verdict: this package (the registry and its
     codemods included), LibCST's version."""

@@ -142,7 +142,9 @@ def release_finding(context: Context) -> Finding:
         detail = f"{where}: a DeepSeek-family target is refused (speculative gate, or no SupportsEagle3)"
         return Finding("vLLM", verdict, detail, f"{command} apply")
     if plan.state is State.MODIFIED:
-        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply")
+        return Finding(
+            "vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply"
+        )
     return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"pip install '{NATIVE_MLA_DRAFTERS}'")
 
 
@@ -152,7 +154,9 @@ def release_finding(context: Context) -> Finding:
 def architecture_finding(context: Context) -> Finding:
     architecture, lookup = context.drafter.architecture, context.release.lookup
     if "speculators_model_type" in context.drafter.data:
-        detail = "a speculators-format config: vLLM converts it itself (transformers_utils/configs/speculators); not checked"
+        detail = (
+            "a speculators-format config: vLLM converts it itself (transformers_utils/configs/speculators); not checked"
+        )
         return Finding("architecture", Assessment.UNKNOWN, detail)
     if architecture is None:
         return Finding("architecture", Assessment.UNKNOWN, f"{context.drafter.path}: no architectures list")
@@ -170,7 +174,9 @@ def architecture_finding(context: Context) -> Finding:
     if lookup is Lookup.FIXED:
         detail = f"{architecture} is an MLA drafter, but vLLM {context.version}: {lookup.value}"
     if mla:
-        fix = f"pip install '{NATIVE_MLA_DRAFTERS}'  (MLA drafters load from 0.18.0; or use a Llama-architecture drafter)"
+        fix = (
+            f"pip install '{NATIVE_MLA_DRAFTERS}'  (MLA drafters load from 0.18.0; or use a Llama-architecture drafter)"
+        )
     elif "Llama" in architecture and LLAMA_DRAFTER in context.release.registered:
         fix = set_config_command(context.drafter.path, "architectures", [lookup_free_llama(lookup)])
     else:
@@ -199,7 +205,9 @@ def same_number_finding(context: Context, check: str, drafter_key: str, target_k
         return needs_target(check, context)
     expects, actual = context.drafter.number(drafter_key), context.target.number(target_key)
     if expects is None or actual is None:
-        return Finding(check, Assessment.UNKNOWN, f"the drafter's {drafter_key} or the target's {target_key} is missing")
+        return Finding(
+            check, Assessment.UNKNOWN, f"the drafter's {drafter_key} or the target's {target_key} is missing"
+        )
     if expects != actual:
         detail = f"the drafter's {drafter_key} is {expects}, the target's {target_key} {actual}: {why}"
         return Finding(check, Assessment.PROBLEM, detail, "use the drafter trained for this target")
@@ -216,7 +224,9 @@ def draft_vocabulary_finding(context: Context) -> Finding:
         return Finding("draft vocabulary", Assessment.PROBLEM, detail, "use an intact drafter checkpoint")
     d2t = next((shape for name, shape in context.shapes.items() if name.split(".")[-1] == "d2t"), None)
     if not context.shapes:
-        return Finding("draft vocabulary", Assessment.NOTE, f"draft_vocab_size {draft}: no safetensors header to check its d2t map")
+        return Finding(
+            "draft vocabulary", Assessment.NOTE, f"draft_vocab_size {draft}: no safetensors header to check its d2t map"
+        )
     if d2t != [draft]:
         found = "no d2t tensor" if d2t is None else f"a d2t tensor of shape {d2t}"
         detail = f"draft_vocab_size {draft} needs a d2t map of {draft} entries; the checkpoint has {found}"
@@ -225,7 +235,12 @@ def draft_vocabulary_finding(context: Context) -> Finding:
 
 
 def needs_target(check: str, context: Context) -> Finding:
-    return Finding(check, Assessment.UNKNOWN, "needs the target's config.json", f"{context.command} doctor --drafter {context.drafter.directory} --target TARGET_DIR")
+    return Finding(
+        check,
+        Assessment.UNKNOWN,
+        "needs the target's config.json",
+        f"{context.command} doctor --drafter {context.drafter.directory} --target TARGET_DIR",
+    )
 
 
 # --------------------------------------------------------------------------- the layer ids
@@ -237,7 +252,9 @@ def ids_location_finding(context: Context) -> Finding:
         return Finding("ids", Assessment.NOTE, f"no {FIELD} in the drafter config: the target's ids are used")
     ids = list(found.ids)
     if found.location is Location.EAGLE_CONFIG:
-        detail = f"eagle_config.{FIELD} {ids}: vLLM {version} ignores ids nested under eagle_config (it reads the top level)"
+        detail = (
+            f"eagle_config.{FIELD} {ids}: vLLM {version} ignores ids nested under eagle_config (it reads the top level)"
+        )
     elif context.release.reads_drafter_ids:
         detail = f"{FIELD} {ids} at the top level: vLLM {version} reads them instead of the target's"
     else:
@@ -251,7 +268,10 @@ def convention_finding(context: Context) -> Finding:
         return Finding("convention", Assessment.NOTE, detail)
     inference = infer_convention(context.ids, context.num_layers)
     if inference.convention is None:
-        fix = f"{context.command} apply --aux-layers-from {context.drafter.directory} --ids-convention sglang  (or vllm: as it was trained)"
+        fix = (
+            f"{context.command} apply --aux-layers-from {context.drafter.directory} --ids-convention sglang"
+            "  (or vllm: as it was trained)"
+        )
         return Finding("convention", Assessment.UNKNOWN, f"cannot tell: {inference.reason}", fix)
     return Finding("convention", Assessment.OK, f"{inference.convention.value}: {inference.reason}")
 
@@ -298,7 +318,9 @@ def layers_finding(
     fc_states = aux_state_count(context)
     if fc_states is not None and fc_states != len(captured):
         detail = f"{will}, but the drafter's fc takes {fc_states} hidden states"
-        return Finding("layers", Assessment.PROBLEM, detail, fix_layers(context, source, expected) if expected else None)
+        return Finding(
+            "layers", Assessment.PROBLEM, detail, fix_layers(context, source, expected) if expected else None
+        )
     if expected is None and context.ids.ids is None:
         detail = f"{will}; the drafter names no ids and (2, n // 2, n - 3) repeats ids for {n} layers: undecided"
         return Finding("layers", Assessment.UNKNOWN, detail)
@@ -363,7 +385,9 @@ def print_diagnosis(diagnosis: Diagnosis, stream: TextIO) -> None:
         fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
         stream.write(f"{finding.verdict.value:<8} {finding.check}: {finding.detail}{fix}\n")
     failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
-    stream.write("verdict: consistent\n" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)\n")
+    stream.write(
+        "verdict: consistent\n" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)\n"
+    )
 
 
 def print_json(diagnosis: Diagnosis, stream: TextIO) -> None:

@@ -23,7 +23,7 @@ import ast
 import enum
 import re
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -78,14 +78,16 @@ class Lookup(enum.Enum):
     def looked_up(self, architecture: str) -> str:
         if self is Lookup.FIXED:
             return FIXED_DRAFTER
-        keep = architecture.startswith("Eagle3") or (self is Lookup.PREFIX_OR_SUFFIX and architecture.endswith("Eagle3"))
+        keep = architecture.startswith("Eagle3") or (
+            self is Lookup.PREFIX_OR_SUFFIX and architecture.endswith("Eagle3")
+        )
         return architecture if keep else f"Eagle3{architecture}"
 
 
 def file_reader(package_dir: Path) -> ReadFile:
     """A reader of ``package_dir``'s files that reads each at most once."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def read(relative: str) -> Optional[str]:
         try:
             return (package_dir / relative).read_text(encoding="utf-8", errors="replace")
@@ -107,7 +109,7 @@ class Release:
         self.package_dir = package_dir
         self.read: ReadFile = read or file_reader(package_dir)
 
-    def reading_through(self, read: ReadFile) -> "Release":
+    def reading_through(self, read: ReadFile) -> Release:
         return Release(self.package_dir, read)
 
     def exists(self, relative: str) -> bool:

@@ -100,7 +100,9 @@ def _installs(dist_info: Path, package: str) -> bool:
     except OSError:
         pass
     try:
-        return f"\n{package}/__init__.py," in "\n" + (dist_info / "RECORD").read_text(encoding="utf-8", errors="replace")
+        return f"\n{package}/__init__.py," in "\n" + (dist_info / "RECORD").read_text(
+            encoding="utf-8", errors="replace"
+        )
     except OSError:
         return False
 

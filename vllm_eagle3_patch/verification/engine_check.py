@@ -25,7 +25,11 @@ ENGINE_RUN = Path(__file__).parent / "in_target" / "engine_run.py"
 TIMEOUT_SECONDS = 900
 LAYERS = 8
 STATE_TOLERANCE = 1e-3
-RUNS = {"without a drafter": None, "state-dependent drafter": "drafter-default", "blind drafter": "drafter-default-blind"}
+RUNS = {
+    "without a drafter": None,
+    "state-dependent drafter": "drafter-default",
+    "blind drafter": "drafter-default-blind",
+}
 
 
 def engine_checks(plan: Plan, python: str) -> tuple[tuple[Check, ...], dict[str, Any]]:
@@ -45,17 +49,21 @@ def engine_checks(plan: Plan, python: str) -> tuple[tuple[Check, ...], dict[str,
 def judge_runs(runs: dict[str, dict[str, Any]], reference: dict[str, Any]) -> tuple[Check, ...]:
     plain, drafted, blind = (runs[name] for name in RUNS)
     ids = tuple(reference["sets"]["default"]["layer_ids"])
-    expected = [seq[len(p):] for seq, p in zip(reference["sets"]["default"]["trajectories"], reference["prompts"])]
+    expected = [seq[len(p) :] for seq, p in zip(reference["sets"]["default"]["trajectories"], reference["prompts"])]
     return (
-        _check("vLLM decodes the tiny target as transformers does", plain, lambda: _same_tokens(plain["tokens"], expected)),
+        _check(
+            "vLLM decodes the tiny target as transformers does", plain, lambda: _same_tokens(plain["tokens"], expected)
+        ),
         _check("EAGLE-3 decoding is lossless", drafted, lambda: _lossless(plain, drafted, blind)),
         _check(f"the drafter gets aux layers {ids} and its drafts accepted", drafted, lambda: _all_accepted(drafted)),
         _check("a blind drafter gets nothing accepted", blind, lambda: _none_accepted(blind)),
-        _check(f"aux states equal transformers' hidden states at {ids}", drafted, lambda: _same_states(drafted, reference)),
+        _check(
+            f"aux states equal transformers' hidden states at {ids}", drafted, lambda: _same_states(drafted, reference)
+        ),
     )
 
 
-def _check(name: str, run: dict[str, Any], verdict) -> Check:  # noqa: ANN001
+def _check(name: str, run: dict[str, Any], verdict) -> Check:
     if not run.get("ok"):
         return Check(name, False, f"the engine failed: {_first_line(run.get('error'))}")
     try:
@@ -94,7 +102,9 @@ def _same_states(run: dict[str, Any], reference: dict[str, Any]) -> str:
     states = reference["sets"]["default"]["states"]
     expected = [sum(states[i][pos], []) for i, prompt in enumerate(reference["prompts"]) for pos in range(len(prompt))]
     received = run.get("drafter_input") or []
-    assert len(received) == len(expected), f"the drafter's first call had {len(received)} positions, expected {len(expected)}"
+    assert len(received) == len(expected), (
+        f"the drafter's first call had {len(received)} positions, expected {len(expected)}"
+    )
     worst = max(abs(a - b) for got, want in zip(received, expected) for a, b in zip(got, want))
     assert worst < STATE_TOLERANCE, f"differ by up to {worst:.2e}"
     return f"max difference {worst:.1e} over {len(received)} positions"

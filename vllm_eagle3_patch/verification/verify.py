@@ -110,7 +110,8 @@ def families_to_check(plan: Plan) -> list[dict]:
                 "model": family.model,
                 "causal_lm": family.causal_lm,
                 "decoder": family.decoder,
-                "wrapper": wrapper and {"module": module_name(wrapper.path), "cls": wrapper.cls, "language_model": wrapper.language_model},
+                "wrapper": wrapper
+                and {"module": module_name(wrapper.path), "cls": wrapper.cls, "language_model": wrapper.language_model},
             }
         )
     return described

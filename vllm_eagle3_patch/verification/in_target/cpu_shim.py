@@ -148,7 +148,9 @@ class _GreedyRejection:
         return self.run
 
     @staticmethod
-    def run(output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest) -> None:  # noqa: ANN001
+    def run(
+        output, cu_num_draft_tokens, draft_token_ids, target_argmax, bonus_token_ids, is_greedy, max_spec_len, *rest
+    ) -> None:
         start = 0
         for request, end in enumerate(cu_num_draft_tokens.tolist()):
             if is_greedy is None or bool(is_greedy[request]):

@@ -33,7 +33,9 @@ def main(argv: list[str]) -> dict[str, Any]:
         return build(Path(argv[1]), int(layers) if layers else None, ask_vllm="--ask-vllm" in argv, family=family)
     if len(argv) == 2 and argv[0] == "run":
         return run(json.loads(Path(argv[1]).read_text()))
-    raise SystemExit("usage: engine_run.py build DIR [--layers N] [--family MODEL_TYPE] [--ask-vllm] | engine_run.py run CASE.json")
+    raise SystemExit(
+        "usage: engine_run.py build DIR [--layers N] [--family MODEL_TYPE] [--ask-vllm] | engine_run.py run CASE.json"
+    )
 
 
 def _option(argv: list[str], name: str) -> str | None:
@@ -41,7 +43,9 @@ def _option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv[:-1] else None
 
 
-def build(directory: Path, layers: int | None = None, ask_vllm: bool = False, family: str = "deepseek_v3") -> dict[str, Any]:
+def build(
+    directory: Path, layers: int | None = None, ask_vllm: bool = False, family: str = "deepseek_v3"
+) -> dict[str, Any]:
     """Checkpoints for one ``default`` id set (and ``edges``: 0, n // 2 and n, unless ``ask_vllm``).
 
     ``ask_vllm``: the default set is what the installed ``DeepseekV2ForCausalLM`` returns for
@@ -132,7 +136,11 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
     else:
         arguments["gpu_memory_utilization"] = 0.3
     if case.get("drafter"):
-        speculative = {"method": "eagle3", "model": case["drafter"], "num_speculative_tokens": case.get("num_speculative_tokens", 1)}
+        speculative = {
+            "method": "eagle3",
+            "model": case["drafter"],
+            "num_speculative_tokens": case.get("num_speculative_tokens", 1),
+        }
         if on_cpu:
             speculative["disable_padded_drafter_batch"] = True  # the padded path needs Triton kernels
         arguments["speculative_config"] = speculative

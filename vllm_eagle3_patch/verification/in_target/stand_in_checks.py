@@ -39,7 +39,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         try:
             module = importlib.import_module(family["module"])
         except Exception as error:  # noqa: BLE001 - another family's import must not hide the rest
-            reason = f"not checked: {family['module']} cannot be imported in this interpreter ({type(error).__name__}: {error})"
+            why = f"{type(error).__name__}: {error}"
+            reason = f"not checked: {family['module']} cannot be imported in this interpreter ({why})"
             checks.append((f"{family['model']} (not importable here)", lambda reason=reason: reason))
             continue
         checks += family_checks(family, module, expected_ids, getter)
@@ -55,7 +56,10 @@ def family_checks(
     checks = [
         (f"{causal_lm} supports EAGLE-3", lambda: check_protocol(module, causal_lm)),
         (f"{causal_lm}.{getter}()", lambda: check_default_ids(module, causal_lm, decoder, expected_ids, getter)),
-        (f"{causal_lm}.set_aux_hidden_state_layers() reaches the model", lambda: check_setter(module, causal_lm, decoder)),
+        (
+            f"{causal_lm}.set_aux_hidden_state_layers() reaches the model",
+            lambda: check_setter(module, causal_lm, decoder),
+        ),
         (f"{model}.forward captures ids 0, 3 and n", lambda: check_forward(module, model, (0, 3, NUM_LAYERS))),
         (f"{model}.forward unchanged with no ids", lambda: check_forward(module, model, ())),
     ]
@@ -80,14 +84,19 @@ def run(name: str, check: Callable[[], str]) -> dict[str, Any]:
 def check_protocol(module: types.ModuleType, causal_lm: str) -> str:
     """The causal LM and every subclass in its file (DeepSeek-V3, ...): what users serve."""
     base = getattr(module, causal_lm)
-    served = [base, *(c for c in vars(module).values() if isinstance(c, type) and c is not base and issubclass(c, base))]
+    served = [
+        base,
+        *(c for c in vars(module).values() if isinstance(c, type) and c is not base and issubclass(c, base)),
+    ]
     names = ", ".join(cls.__name__ for cls in served)
     try:
         from vllm.model_executor.models.interfaces import SupportsEagle3, supports_eagle3
     except ImportError:  # before 0.10.1 the runner calls the methods by name
         for cls in served:
             assert hasattr(cls, "set_aux_hidden_state_layers"), f"{cls.__name__} has no set_aux_hidden_state_layers"
-            assert hasattr(cls, "get_eagle3_aux_hidden_state_layers"), f"{cls.__name__} has no get_eagle3_aux_hidden_state_layers"
+            assert hasattr(cls, "get_eagle3_aux_hidden_state_layers"), (
+                f"{cls.__name__} has no get_eagle3_aux_hidden_state_layers"
+            )
         return f"both methods present on {names} (this release has no SupportsEagle3 protocol)"
     for cls in served:
         assert supports_eagle3(cls), f"supports_eagle3({cls.__name__}) is False"
@@ -234,7 +243,9 @@ def check_wrapper(wrapper: dict[str, Any], getter: str, expected_ids: tuple[int,
     try:
         module = importlib.import_module(wrapper["module"])
     except ImportError as error:  # e.g. an image processor needing torchvision, absent beside a CPU torch
-        return f"not checked: {wrapper['module']} cannot be imported in this interpreter ({type(error).__name__}: {error})"
+        return (
+            f"not checked: {wrapper['module']} cannot be imported in this interpreter ({type(error).__name__}: {error})"
+        )
     cls = getattr(module, wrapper["cls"])
     calls: list[Any] = []
     inner = types.SimpleNamespace(
@@ -248,7 +259,9 @@ def check_wrapper(wrapper: dict[str, Any], getter: str, expected_ids: tuple[int,
     setattr(model, attribute(wrapper["language_model"]), inner)
     model.set_aux_hidden_state_layers((4, 5))
     handed_on = calls == [(4, 5)]
-    assert handed_on or inner.aux_hidden_state_layers == (4, 5), "set_aux_hidden_state_layers does not reach the language model"
+    assert handed_on or inner.aux_hidden_state_layers == (4, 5), (
+        "set_aux_hidden_state_layers does not reach the language model"
+    )
     ids = tuple(getattr(model, getter)())
     expected = (7, 8, 9) if handed_on else (expected_ids if expected_ids is not None else served_default())
     assert ids == expected, f"{getter} returned {ids}, expected {expected}"

@@ -193,7 +193,9 @@ def build_kimi_k25(directory: Path, target: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     weights = load_file(str(target / "model.safetensors"))
-    save_file({f"language_model.{name}": tensor for name, tensor in weights.items()}, str(directory / "model.safetensors"))
+    save_file(
+        {f"language_model.{name}": tensor for name, tensor in weights.items()}, str(directory / "model.safetensors")
+    )
     build_tokenizer(directory)
     # vLLM builds Kimi-K2.5's processor at start-up from the checkpoint's own code; this
     # stand-in (local, no download) answers what start-up asks and refuses media.
@@ -230,7 +232,14 @@ def build_gemma3_mm(directory: Path, target: Path) -> None:
     text = transformers.Gemma3ForCausalLM.from_pretrained(target).float().eval()
     config = transformers.Gemma3Config(
         text_config=text.config.to_dict(),
-        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 28, "patch_size": 14},
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 28,
+            "patch_size": 14,
+        },
         mm_tokens_per_image=4,  # (28 // 14) ** 2 patches, pooled 1 to 1
         boi_token_index=VOCAB - 3,
         eoi_token_index=VOCAB - 2,
@@ -314,7 +323,9 @@ def rms_norm(vector: Any, eps: float = 1e-6) -> Any:
     return vector * (vector.pow(2).mean() + eps).rsqrt()
 
 
-def save_drafter(directory: Path, solved: dict[str, Any], layer_ids: Sequence[int] | None, blind: bool = False, nested: bool = False) -> None:
+def save_drafter(
+    directory: Path, solved: dict[str, Any], layer_ids: Sequence[int] | None, blind: bool = False, nested: bool = False
+) -> None:
     """An EAGLE-3 checkpoint (``LlamaForCausalLMEagle3``, one layer, the target's vocabulary).
 
     ``layer_ids``: written as the drafter's ``eagle_aux_hidden_state_layer_ids`` (top level,
@@ -384,12 +395,16 @@ def build_all(
     for wrapper in TARGETS[family].wrappers:
         WRAPPERS[wrapper](directory / wrapper, directory / "target")
     summary: dict[str, Any] = {
-        "target": str(directory / "target"), "family": family, "num_layers": num_layers, "prompts": PROMPTS, "sets": {}
+        "target": str(directory / "target"),
+        "family": family,
+        "num_layers": num_layers,
+        "prompts": PROMPTS,
+        "sets": {},
     }
     for name, ids in layer_id_sets.items():
         data = reference(model, ids)
         for sequence in data["trajectories"]:
-            if 0 in sequence[len(PROMPTS[0]):]:
+            if 0 in sequence[len(PROMPTS[0]) :]:
                 raise AssertionError("the target produces token 0, the blind drafter's constant draft")
         solved = solve_drafter(data)
         carried = None if name == "default" else ids

@@ -13,7 +13,7 @@ and interleaved so that background load hits every figure alike:
    patched tree, on an unpatched tree judged before and on one seen for the first time, ``diff``
    and ``revert``, each also as a ratio to (1);
 3. the extra time per decoder layer of the patched ``DeepseekV2Model.forward`` with nothing
-   captured, over the unpatched one (``benchmarks/forward_probe.py``, in separate processes).
+   captured, over the unpatched one (``benchmarks/forward_timing.py``, in separate processes).
 
 It prints a table with every figure, its target and PASS/FAIL (``--json``: one object instead).
 Exit 0 once measured; with ``--check``, exit 1 if any target fails.
@@ -36,7 +36,7 @@ from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parent
 TESTS = BENCHMARKS.parent / "tests"
-FORWARD_PROBE = BENCHMARKS / "forward_probe.py"
+FORWARD_TIMING = BENCHMARKS / "forward_timing.py"
 IMPORTED_MODULE = "vllm.model_executor.models.deepseek_v2"
 
 # Targets from the issue: the tool must cost a small fraction of the import it patches, and the
@@ -53,7 +53,8 @@ NOISY_SPREAD = 0.15  # (max - min) / median of the import baseline
 COMMAND_NAMES = (
     "import", "apply", "status (patched)", "status (unpatched)", "status (unpatched, first look)", "diff", "revert",
 )  # fmt: skip
-CACHE_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"  # where status keeps verdicts (vllm_eagle3_patch/state_cache.py)
+CACHE_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
+"""Where status keeps verdicts (``vllm_eagle3_patch/codemod/verdict_cache.py``)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,9 +246,9 @@ def measure_commands(pristine_site: Path, cpu_python: Path, runs: int, workdir: 
     return samples
 
 
-def run_forward_probe(cpu_python: Path, site: Path) -> dict[str, Any]:
+def run_forward_timing(cpu_python: Path, site: Path) -> dict[str, Any]:
     """One process: import ``deepseek_v2`` from ``site``, time its forward and the reference loop."""
-    argv = [str(cpu_python), str(FORWARD_PROBE), str(NUM_LAYERS), str(FORWARD_ITERATIONS), str(FORWARD_SAMPLES)]
+    argv = [str(cpu_python), str(FORWARD_TIMING), str(NUM_LAYERS), str(FORWARD_ITERATIONS), str(FORWARD_SAMPLES)]
     return json.loads(run_checked(argv, cpu_env(site)).strip().splitlines()[-1])
 
 
@@ -268,7 +269,7 @@ def measure_forward(cpu_python: Path, unpatched_site: Path, patched_site: Path, 
         order = ("unpatched", "patched") if round_ % 2 == 0 else ("patched", "unpatched")
         medians: dict[str, dict[str, float]] = {}
         for label in order:
-            result = run_forward_probe(cpu_python, sites[label])
+            result = run_forward_timing(cpu_python, sites[label])
             if result["patched"] != (label == "patched"):
                 raise SystemExit(f"benchmarks/run.py: {result['module']} is not the {label} forward")
             medians[label] = {key: statistics.median(result[key]) for key in ("forward", "reference", "ratio")}

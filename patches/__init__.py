@@ -1,4 +1,5 @@
-"""One module per vLLM place this tool patches; each exposes ``TARGET`` (see ``target.Target``).
+"""The codemods: one module per kind of change this tool makes to vLLM's files.
 
-Adding support for a new vLLM file means adding a module here: the engine finds them all.
+Each module holds a LibCST codemod (a class with ``transform_module``) and the target that
+judges a file with it; ``vllm_eagle3_patch.registry`` lists the targets.
 """

@@ -1,6 +1,6 @@
 """Time ``DeepseekV2Model.forward`` with nothing captured, inside the CPU interpreter.
 
-Run by ``benchmarks/run.py`` as ``python forward_probe.py LAYERS ITERATIONS SAMPLES`` with a vLLM
+Run by ``benchmarks/run.py`` as ``python forward_timing.py LAYERS ITERATIONS SAMPLES`` with a vLLM
 tree (patched or not) first on ``PYTHONPATH``.  It needs torch and vLLM's requirements, not
 this tool, so it imports nothing from the repository.
 

@@ -10,6 +10,7 @@ engine="${2:-}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 demo="$(mktemp -d /tmp/vllm-eagle3-demo.XXXXXX)"
 trap 'rm -rf "$demo"' EXIT
+export VLLM_EAGLE3_PATCH_VERDICT_CACHE="$demo/cache"  # status's verdict cache, here and not under ~/.cache
 
 step() { if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then printf '\n\033[1m$ %s\033[0m\n' "$*"; else printf '\n$ %s\n' "$*"; fi; }
 
@@ -42,8 +43,8 @@ step vllm-eagle3-patch "${target[@]}" apply
 "$tool" "${target[@]}" apply
 step vllm-eagle3-patch "${target[@]}" status --check
 "$tool" "${target[@]}" status --check
-step vllm-eagle3-patch "${target[@]}" verify   "# no torch in this demo venv: static checks; with torch it runs the code"
-"$tool" "${target[@]}" verify
+step vllm-eagle3-patch "${target[@]}" verify --static   "# no torch in this demo venv: static checks only (without --static: exit 3)"
+"$tool" "${target[@]}" verify --static
 step vllm-eagle3-patch "${target[@]}" apply   "# again: nothing to do"
 "$tool" "${target[@]}" apply
 step vllm-eagle3-patch "${target[@]}" revert

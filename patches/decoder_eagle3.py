@@ -378,6 +378,7 @@ class DecoderTarget(SingleFileTarget):
         self.name = f"{family.name} model"
         self.path = family.path
         self.policy = family.policy
+        self.serves = family.name
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
         family = self.family

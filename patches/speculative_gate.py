@@ -129,6 +129,7 @@ def _require_eagle3(source: str) -> Callable[[], None]:
 class SpeculativeGateTarget:
     name = "speculative-config gate"
     policy = Policy.BLOCKING
+    serves = None
     default_path = GATE_FILES[0]
 
     def __init__(self, model_types: tuple[str, ...]) -> None:

@@ -94,6 +94,7 @@ class WrapperTarget(SingleFileTarget):
         self.name = f"{family.name} multimodal wrapper"
         self.path = family.wrapper.path
         self.policy = family.wrapper_policy
+        self.serves = family.name
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
         def codemod() -> WrapperEagle3:

@@ -19,7 +19,7 @@ from typing import Iterator, Optional
 from . import __version__
 from .codemod.target import Options, State
 from .errors import ToolError
-from .install.fileio import drop_bytecode, write_atomically
+from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
@@ -37,6 +37,8 @@ class Outcome:
     originals: dict[str, str] = field(default_factory=dict)
     """How the original of every file named in the manifest compares with RECORD
     (``RecordCheck`` values): what ``apply`` kept, or what ``revert`` put back."""
+    options: Optional[Options] = None
+    """``apply``: the layer ids the patched files hand the drafter, and where they came from."""
 
 
 @contextmanager
@@ -49,8 +51,8 @@ def locked(state_dir: StateDir) -> Iterator[None]:
     lock_path = state_dir.path / "lock"
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
-        state_dir.path.mkdir(parents=True, exist_ok=True)
-        with open(lock_path, "a+b") as handle:
+        state_dir.make()
+        with open(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -63,10 +65,11 @@ def locked(state_dir: StateDir) -> Iterator[None]:
                 return
 
 
-def apply(install: VllmInstall, options: Options, accept_modified: bool = False) -> Outcome:
+def apply(install: VllmInstall, options: Optional[Options], accept_modified: bool = False) -> Outcome:
     """Patch every target file, or refuse with nothing written.
 
-    ``accept_modified`` takes files that differ from vLLM's RECORD for their originals.
+    ``options`` None keeps the last apply's choices; ``accept_modified`` takes files that differ
+    from vLLM's RECORD for their originals.
     """
     plan = make_plan(install, options, accept_modified=accept_modified)
     _refuse_unless_applicable(plan)
@@ -78,10 +81,8 @@ def apply(install: VllmInstall, options: Options, accept_modified: bool = False)
             if plan.changes:
                 return _write_patches(plan)
     if plan.state is State.NATIVE:
-        return Outcome(
-            f"vLLM {install.version} supports EAGLE-3 for DeepSeek natively; nothing to do{_left_alone(plan)}"
-        )
-    return Outcome(f"vLLM {install.version} is already patched; nothing to do{_left_alone(plan)}")
+        return Outcome(f"vLLM {install.version} supports EAGLE-3 natively; nothing to do{_left_alone(plan)}")
+    return Outcome(f"vLLM {install.version} is already patched; nothing to do{_left_alone(plan)}", options=plan.options)
 
 
 def _left_alone(plan: Plan) -> str:
@@ -127,6 +128,8 @@ def _write_patches(plan: Plan) -> Outcome:
         )
     )
     changes = plan.changes
+    for change in changes:
+        state_dir.save_bytecode(change.path)
     _replace_all(
         plan.install.package_dir,
         [(c.path, c.desired, c.current) for c in changes],  # type: ignore[misc]
@@ -136,7 +139,8 @@ def _write_patches(plan: Plan) -> Outcome:
         state_dir.backup_path(stale).unlink(missing_ok=True)
     names = tuple(c.path for c in changes)
     kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
-    return Outcome(f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}", names, kept)
+    message = f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}"
+    return Outcome(message, names, kept, plan.options)
 
 
 def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: StateDir, path: str, digest: str) -> None:
@@ -151,7 +155,8 @@ def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: Stat
     ):
         raise ToolError(
             f"{install.package_dir / path}: its backup is vLLM's original and the file differs from the installed "
-            f"vLLM {install.version} (RECORD); `revert --force` restores the original. Nothing was changed"
+            f"vLLM {install.version} (RECORD); `{install.command('revert', '--force')}` restores the original. "
+            "Nothing was changed"
         )
 
 
@@ -186,6 +191,8 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
                 raise ToolError(f"{target}: changed since apply; not reverting (use --force to restore the original)")
             restores.append((path, state_dir.read_backup(path, record), current))
         _replace_all(install.package_dir, restores, on_failure=lambda: None)
+        for path, _, _ in restores:
+            restore_bytecode(install.package_dir / path, state_dir.saved_bytecode(path))
         state_dir.manifest_path.unlink()  # first: backups without a manifest are harmless leftovers
         shutil.rmtree(state_dir.path)
     names = tuple(path for path, _, _ in restores)

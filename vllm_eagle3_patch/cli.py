@@ -1,7 +1,8 @@
-"""Command line: ``vllm-eagle3-patch [--vllm-dir DIR | --python PATH] {status,diff,apply,revert,verify}``.
+"""Command line: ``vllm-eagle3-patch [--vllm-dir DIR | --python PATH] COMMAND``.
 
 Exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr naming the
-file and the reason); 2 usage error.
+file and the reason); 2 usage error; 3 ``verify`` could run only its static checks (torch or
+vLLM cannot be imported there) and ``--static`` did not say that is enough.
 """
 
 from __future__ import annotations
@@ -9,22 +10,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from . import __version__, changes, render
+from . import PROG, __version__, changes, render
 from .codemod.target import Options, State
 from .drafters import doctor, drafter_config
 from .eagle3 import layer_ids
 from .errors import ToolError
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
+from .registry import FAMILIES
 from .verification import verify
 
-PROG = "vllm-eagle3-patch"
+STATIC_ONLY = 3
+"""``verify``'s exit status when only its static checks could run."""
+AUX_STATES = 3
+"""How many hidden states an EAGLE-3 drafter's fc concatenates."""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -57,17 +61,9 @@ def reader_went_away() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Give DeepSeek-V2/V3, Kimi-K2 and Kimi-K2.5 EAGLE-3 support in an installed vLLM "
-        "(0.8.5-0.17.1), with dry-run diffs, backups and a byte-exact revert.",
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=description(), epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument("--vllm-dir", type=Path, metavar="DIR", help="the vllm package directory to patch")
-    where.add_argument(
-        "--python", metavar="PATH", help="patch the vLLM of this interpreter or virtual environment's python"
-    )
+    add_install_options(parser, default=None)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     status = commands.add_parser("status", help="show the vLLM found and the state of every target file")
@@ -90,8 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--aux-layers",
         type=parse_layer_ids,
         metavar="IDS",
-        help="comma-separated layer ids get_eagle3_aux_hidden_state_layers() returns, e.g. 1,29,57 "
-        "(default: the ids of the last apply, else (2, n // 2, n - 3))",
+        action=RecordGiven,
+        help="three comma-separated layer ids the patched target hands the drafter, e.g. 2,30,58 for a "
+        "61-layer model; `default` returns to (2, n // 2, n - 3) (without the option: the ids of the last "
+        "apply, else the default). They are checked against the layer count when vLLM loads the model",
     )
     ids.add_argument(
         "--aux-layers-from",
@@ -107,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --aux-layers-from: the drafter's ids name layer inputs (vllm) or layer outputs "
         "(sglang, SpecForge: vLLM's ids are each one higher)",
     )
-    apply.set_defaults(run=run_apply, usage_error=apply.error)
+    apply.set_defaults(run=run_apply, usage_error=apply.error, aux_layers_given=False)
 
     revert = commands.add_parser("revert", help="restore the original bytes of every patched file")
     revert.add_argument("--force", action="store_true", help="restore originals even over files changed since apply")
@@ -129,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
         "needs transformers; on a machine without a GPU an in-process CPU shim lets vLLM speculate): "
         "lossless greedy decoding, drafts accepted, the right aux states",
     )
+    check.add_argument(
+        "--static",
+        action="store_true",
+        help=f"exit 0 on passing static checks even where torch or vLLM cannot be imported (else exit {STATIC_ONLY})",
+    )
     check.set_defaults(run=run_verify)
 
     diagnose = commands.add_parser(
@@ -141,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.set_defaults(run=run_doctor)
 
     for command in (status, diff, apply, revert, check, diagnose):
+        add_install_options(command, default=argparse.SUPPRESS)  # also after the subcommand, as users type them
         command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         command.add_argument(
             "-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code"
@@ -148,14 +152,54 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_layer_ids(text: str) -> tuple[int, ...]:
+EXIT_CODES = (
+    "exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr); 2 usage error; "
+    f"{STATIC_ONLY} verify ran only static checks (torch or vLLM not importable there; --static accepts that)"
+)
+
+
+def description() -> str:
+    """What the tool covers, from its own registry, so it cannot go stale."""
+    families = ", ".join(family.name for family in FAMILIES)
+    return (
+        f"Give an installed vLLM EAGLE-3 speculative decoding for the model families it lacks it for ({families}; "
+        "`status` shows what this release needs), with dry-run diffs, backups and a byte-exact revert."
+    )
+
+
+def add_install_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """Which vLLM: before the subcommand, or (``default=SUPPRESS``, not overriding) after it."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--vllm-dir", type=Path, metavar="DIR", default=default, help="the vllm package directory to patch"
+    )
+    where.add_argument(
+        "--python",
+        metavar="PATH",
+        default=default,
+        help="patch the vLLM of this interpreter, or of this virtual environment's directory",
+    )
+
+
+def parse_layer_ids(text: str) -> Optional[tuple[int, ...]]:
+    """``2,30,58``, three distinct ids (the drafter's fc reads three states); ``default``: None."""
+    if text == "default":
+        return None
     try:
-        return layer_ids.parse(text)
+        ids = layer_ids.parse(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    if len(ids) != AUX_STATES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected {AUX_STATES} distinct layer ids (an EAGLE-3 drafter's fc reads {AUX_STATES} "
+            "hidden states), e.g. 2,30,58; or `default`"
+        )
+    return ids
 
 
 def find_install(args: argparse.Namespace) -> VllmInstall:
+    if args.vllm_dir is not None and args.python is not None:
+        raise ToolError("--vllm-dir and --python each name a vLLM: give one of them")
     if args.vllm_dir is not None:
         return from_package_dir(args.vllm_dir)
     return from_interpreter(args.python)
@@ -182,17 +226,21 @@ def run_diff(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_apply(args: argparse.Namespace) -> int:
-    aux_layers = args.aux_layers
+def chosen_options(args: argparse.Namespace) -> Optional[Options]:
+    """The ids ``apply`` writes and where they come from; None: keep the last apply's."""
     if args.ids_convention and not args.aux_layers_from:
         args.usage_error("--ids-convention needs --aux-layers-from")
     if args.aux_layers_from:
         explicit = drafter_config.Convention(args.ids_convention) if args.ids_convention else None
         chosen = drafter_config.ids_for_apply(args.aux_layers_from, explicit)
-        aux_layers = chosen.ids
-        if not args.quiet and not args.json:
-            print(chosen.explanation)
-    install, options = find_install(args), Options(aux_layers=aux_layers)
+        return Options(chosen.ids, source=chosen.explanation)
+    if "aux_layers" in args and args.aux_layers_given:
+        return Options(args.aux_layers, source="--aux-layers" if args.aux_layers else "--aux-layers default")
+    return None
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    install, options = find_install(args), chosen_options(args)
     if args.dry_run:
         plan = make_plan(install, options, accept_modified=args.accept_modified)
         if args.json:
@@ -209,18 +257,21 @@ def run_revert(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args))
-    report = verify.verify(plan, args.interpreter or args.python, engine=args.engine)
+    install = find_install(args)
+    plan = make_plan(install, states_only=True)
+    report = verify.verify(plan, args.interpreter or install.python, engine=args.engine)
     if args.json:
         emit_json({**render.status_data(plan), **render.verify_data(report)})
     elif not args.quiet:
-        render.print_verify(report)
-    return 0 if report.ok else 1
+        render.print_verify(report, static_enough=args.static)
+    if not report.ok:
+        return 1
+    return 0 if report.imported or args.static else STATIC_ONLY
 
 
 def run_doctor(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), states_only=True)
-    diagnosis = doctor.diagnose(plan, args.drafter, args.target, command_prefix(args))
+    diagnosis = doctor.diagnose(plan, args.drafter, args.target, plan.install.command())
     if args.json:
         doctor.print_json(diagnosis, sys.stdout)
     elif not args.quiet:
@@ -228,25 +279,23 @@ def run_doctor(args: argparse.Namespace) -> int:
     return 0 if diagnosis.consistent else 1
 
 
-def command_prefix(args: argparse.Namespace) -> str:
-    """This tool's command line up to the subcommand, for the fixes a report suggests."""
-    if args.vllm_dir is not None:
-        return f"{PROG} --vllm-dir {shlex.quote(str(args.vllm_dir))}"
-    return f"{PROG} --python {shlex.quote(args.python)}" if args.python else PROG
+class RecordGiven(argparse.Action):
+    """Stores the value and that it was given: ``--aux-layers default`` parses to None."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+        setattr(namespace, self.dest, values)
+        namespace.aux_layers_given = True
 
 
 def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:
     if args.json:
-        emit_json(
-            {
-                "message": outcome.message,
-                "files": list(outcome.files),
-                "vllm_dir": str(install.package_dir),
-                "originals": outcome.originals,
-            }
-        )
+        ids = {} if outcome.options is None else render.ids_data(outcome.options)
+        data = {"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)}
+        emit_json({**data, "originals": outcome.originals, **ids})
     elif not args.quiet:
         print(outcome.message)
+        if outcome.options is not None:
+            print(f"aux layer ids: {render.ids_text(outcome.options)}")
     return 0
 
 

@@ -16,7 +16,7 @@ from .errors import ToolError
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .registry import DEEPSEEK_V2, TARGETS
+from .registry import DEEPSEEK_V2, FAMILIES, TARGETS
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,10 @@ class FilePlan:
     """Why ``apply`` must leave a MODIFIED file alone, and the way out."""
     optional: bool = False
     """An unsupported optional file (a model family's) is left alone and does not block the others."""
+    family: Optional[str] = None
+    """The model family the file serves (None: every family, as the gate does)."""
+    stale: bool = False
+    """The manifest names this file but it holds other bytes than apply wrote (vLLM reinstalled?)."""
 
     @property
     def changes(self) -> bool:
@@ -51,6 +55,8 @@ class Plan:
     options: Options
     release: Release
     """The tree's files and what they say, read once: for the codemods, ``verify`` and ``doctor``."""
+    unreadable_state: Optional[str] = None
+    """Why the manifest could not be read (``status`` as another user than the one who applied)."""
 
     @property
     def state(self) -> State:
@@ -61,6 +67,9 @@ class Plan:
         reason = overall_state(self.files)[1]
         if self.manifest and self.manifest.vllm_version != self.install.version:
             reason += f" (the manifest is stale: written for vLLM {self.manifest.vllm_version})"
+        elif any(f.stale for f in self.files):
+            stale = [f.path for f in self.files if f.stale]
+            reason += f" (the manifest is stale: {len(stale)} file(s) hold other bytes than apply wrote; reinstalled?)"
         return reason
 
     @property
@@ -87,18 +96,19 @@ def make_plan(
     """Look at every target file of ``install``.
 
     ``options`` None means "as recorded": a later ``apply`` keeps the choices (layer ids)
-    of the earlier one unless the user gives new ones.  ``states_only`` (``status``) skips
-    writing out the patched texts: its files have no ``desired`` text.  ``accept_modified``
-    takes files that differ from vLLM's RECORD for originals all the same.
+    of the earlier one unless the user gives new ones (``Options()`` is the default ids).
+    ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
+    text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
     """
     state_dir = StateDir(install.package_dir)
-    manifest = state_dir.load()
-    recorded = Options(aux_layers=manifest.aux_layers if manifest else None)
-    if options is None or options.aux_layers is None:
+    manifest, unreadable = state_dir.load_for_reading() if states_only else (state_dir.load(), None)
+    recorded = _recorded_options(manifest)
+    if options is None:
         options = recorded
     release = Release(install.package_dir)
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
-    context = FileContext(release, state_dir, options, recorded, examine, Originals(install, accept_modified))
+    originals = Originals(install, accept_modified)
+    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable)
     files = []
     for target in TARGETS:
         path = target.locate(release)
@@ -108,10 +118,20 @@ def make_plan(
             continue
         manifested = manifest.files.get(path) if manifest else None
         planned = _plan_file(context, target, path, manifested)
-        files.append(replace(planned, optional=target.policy is Policy.OPTIONAL))
+        files.append(replace(planned, optional=target.policy is Policy.OPTIONAL, family=target.serves))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
-    return Plan(install, tuple(files), manifest, options, release)
+    files.sort(key=lambda file: file.path)
+    return Plan(install, tuple(files), manifest, options, release, unreadable)
+
+
+def _recorded_options(manifest: Optional[Manifest]) -> Options:
+    """The ids of the last ``apply``, as its manifest names them."""
+    if manifest is None or manifest.aux_layers is None:
+        return Options()
+    return Options(
+        manifest.aux_layers, source="kept from the last apply; `--aux-layers default` returns to the default"
+    )
 
 
 @dataclass(frozen=True)
@@ -129,8 +149,10 @@ class Originals:
         return f"differs from the installed vLLM {self.install.version} (RECORD)"
 
     def reinstall(self) -> str:
-        name = self.install.distribution or "vllm"
-        return f"`pip install --force-reinstall --no-deps {name}=={self.install.version}`"
+        return f"`{self.install.reinstall_command()}`"
+
+    def command(self, *words: str) -> str:
+        return f"`{self.install.command(*words)}`"
 
 
 Examine = Callable[[Target, str, Release, Options], Verdict]
@@ -157,6 +179,7 @@ class FileContext:
     """The options of the last ``apply`` (its manifest's)."""
     examine: Examine
     originals: Originals
+    unreadable_state: Optional[str] = None
 
     def verdict(self, target: Target, data: bytes) -> Verdict:
         try:
@@ -181,17 +204,23 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         if manifested is not None:
             reason = "changed since vllm-eagle3-patch applied it"
             return FilePlan(
-                path, target.name, State.MODIFIED, reason, current, refusal=f"{reason}; run `revert --force` first"
+                path,
+                target.name,
+                State.MODIFIED,
+                reason,
+                current,
+                refusal=f"{reason}; run {originals.command('revert', '--force')} first",
             )
-        return FilePlan(
-            path, target.name, State.PATCHED, "patched, but no manifest records it: revert cannot restore it", current
-        )
+        unrecorded = "patched, but no manifest records it: revert cannot restore it"
+        if context.unreadable_state:
+            unrecorded = "applied by vllm-eagle3-patch (its manifest cannot be read here)"
+        return FilePlan(path, target.name, State.PATCHED, unrecorded, current)
     installed = originals.compare(path, sha256(current))
     if installed.check is RecordCheck.MODIFIED:
         if manifested is not None and originals.compare(path, manifested.sha256_before).check is RecordCheck.MATCHES:
             # Edited after apply, marks and all: the backup is vLLM's original, these bytes never replace it.
             reason = f"changed since vllm-eagle3-patch applied it (its marks are gone) and {originals.differs}"
-            refusal = f"{reason}; `revert --force` restores vLLM's original"
+            refusal = f"{reason}; {originals.command('revert', '--force')} restores vLLM's original"
             return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
         if originals.accept_modified:
             installed = originals.compare(path, sha256(current), accepted_modified=True)
@@ -199,13 +228,12 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
             reason = f"modified since install: {originals.differs}"
             refusal = (
                 f"{originals.differs}; reinstall vLLM ({originals.reinstall()}) or run "
-                "`apply --accept-modified` to take the current bytes as the original"
+                f"{originals.command('apply', '--accept-modified')} to take the current bytes as the original"
             )
             return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
     reason = verdict.reason + _original_note(installed, originals, "")
-    if manifested is not None:
-        reason += " (the manifest is stale: this is not the file apply wrote; reinstalled?)"
-    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed)
+    stale = manifested is not None  # the manifest names the file, but these are not the bytes apply wrote
+    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed, stale=stale)
 
 
 def _original_note(installed: Comparison, originals: Originals, subject: str) -> str:
@@ -248,13 +276,16 @@ def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
             continue
         if state in (State.UNSUPPORTED, State.MODIFIED):
             return state, f"{matching[0].path}: {matching[0].reason}"
-        native = "this vLLM supports EAGLE-3 for DeepSeek-V2/V3 itself"
         if state is State.NATIVE:
-            return state, native
-        if deepseek_native(files):  # 0.18.0+: only the other families' files have work
-            done = f"applied by vllm-eagle3-patch {__version__}" if state is State.PATCHED else "can be applied"
-            return state, f"{native}; EAGLE-3 for the other model families {done}"
-        if state is State.UNPATCHED:
-            return state, "EAGLE-3 for DeepSeek-V2/V3 can be applied"
-        return state, f"EAGLE-3 for DeepSeek-V2/V3 applied by vllm-eagle3-patch {__version__}"
+            return state, f"this vLLM supports EAGLE-3 itself for {_families(matching)}"
+        done = "can be applied" if state is State.UNPATCHED else f"applied by vllm-eagle3-patch {__version__}"
+        reason = f"EAGLE-3 for {_families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))} {done}"
+        native = [f for f in files if f.state is State.NATIVE and f.family]
+        return state, reason + (f"; native for {_families(native)}" if native else "")
     raise ToolError("no target files")
+
+
+def _families(files: Iterable[FilePlan]) -> str:
+    """The model families the files serve, in registry order (the gate and proposer serve them all)."""
+    names = {f.family for f in files if f.family}
+    return ", ".join(family.name for family in FAMILIES if family.name in names) or "the model families"

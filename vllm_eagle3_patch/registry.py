@@ -8,8 +8,6 @@ here (and its tests: ``docs/architecture.md`` has the checklist).
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 from .codemod.family import Family, Wrapper
 from .codemod.target import Policy, Target
 from .patches.decoder_eagle3 import DecoderTarget
@@ -82,11 +80,10 @@ def gated_model_types() -> tuple[str, ...]:
 
 
 def _targets() -> tuple[Target, ...]:
-    """Every target, ordered by file name as ``status`` lists them."""
+    """Every target: each family's model file and wrapper, then the proposer and the gate."""
     targets: list[Target] = [DecoderTarget(family) for family in FAMILIES]
     targets += [WrapperTarget(family) for family in FAMILIES if family.wrapper is not None]
-    targets += [EagleProposerTarget(), SpeculativeGateTarget(gated_model_types())]
-    return tuple(sorted(targets, key=lambda target: PurePosixPath(target.default_path).name))
+    return (*targets, EagleProposerTarget(), SpeculativeGateTarget(gated_model_types()))
 
 
 TARGETS: tuple[Target, ...] = _targets()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Optional, Protocol
 
@@ -51,6 +51,8 @@ class Options:
 
     aux_layers: Optional[tuple[int, ...]] = None
     """Layer ids ``get_eagle3_aux_hidden_state_layers`` returns; None: the upstream default."""
+    source: str = field(default="the default", compare=False)
+    """Where the ids came from, for the user: the default, an option, a drafter, a previous apply."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class Target(Protocol):
     name: str
     """Short human name, e.g. "DeepSeek-V2/V3 model"."""
     policy: Policy
+    serves: Optional[str]
+    """The model family the file serves, for messages (None: all of them, like the gate)."""
     default_path: str
     """Where the file usually is, to name it when it is missing."""
 
@@ -102,6 +106,7 @@ class SingleFileTarget:
     path: str
     name: str
     policy = Policy.BLOCKING
+    serves: Optional[str] = None
 
     @property
     def default_path(self) -> str:

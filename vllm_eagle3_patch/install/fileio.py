@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, like: Optional[Path] = None) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
-    The file keeps its permission bits.  Renames within a directory are atomic on POSIX,
-    so readers (and a process killed mid-way) see one version or the other.
+    The file keeps its permission bits; a new one takes those of ``like`` (else the temporary
+    file's, 0600).  Renames within a directory are atomic on POSIX, so readers (and a process
+    killed mid-way) see one version or the other.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
+    mode = file_mode(path) if path.exists() else (file_mode(like) if like is not None else None)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as stream:
@@ -28,6 +30,25 @@ def write_atomically(path: Path, data: bytes) -> None:
         Path(temporary).unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def file_mode(path: Path) -> Optional[int]:
+    """``path``'s permission bits (None: it cannot be read)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        return None
+
+
+def make_directories(path: Path, like: Path) -> None:
+    """``path`` and its missing parents, with ``like``'s permission bits: whoever can read the
+    package can read what this tool keeps beside it."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    mode = file_mode(like)
+    for directory in missing:
+        if mode is not None:
+            os.chmod(directory, mode)
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -44,12 +65,29 @@ def _fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
+def compiled_files(source: Path) -> list[Path]:
+    """The cached bytecode of ``source`` (``__pycache__/<stem>.<tag>.pyc``)."""
+    return sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
+
+
+def restore_bytecode(source: Path, compiled: dict[str, bytes]) -> None:
+    """Put back the installer's bytecode of ``source`` (by file name), valid again for its restored text.
+
+    A timestamp-based ``.pyc`` records the source's mtime and size; the restored source is given
+    that mtime back where its size matches, so Python uses the installer's bytecode as before.
+    """
+    for name, data in compiled.items():
+        write_atomically(source.parent / "__pycache__" / name, data, like=source)
+        flags, mtime, size = (int.from_bytes(data[i : i + 4], "little") for i in (4, 8, 12))
+        if len(data) >= 16 and flags == 0 and size == source.stat().st_size:
+            os.utime(source, (mtime, mtime))
+
+
 def drop_bytecode(source: Path) -> None:
     """Remove cached bytecode of ``source`` so Python recompiles the new text.
 
     Timestamp-based caches can miss a rewrite within the same second, and hash-based
     caches compiled with ``unchecked-hash`` are never re-validated.
     """
-    cache = source.parent / "__pycache__"
-    for compiled in cache.glob(f"{source.stem}.*.pyc"):
+    for compiled in compiled_files(source):
         compiled.unlink(missing_ok=True)

@@ -37,5 +37,13 @@ def run_script(
     except (IndexError, ValueError):
         answer = None
     if not isinstance(answer, dict):
-        return {"failed": (completed.stderr.strip().splitlines() or ["no output"])[-1]}
+        return {"failed": _why_no_answer(completed.stderr, lines)}
     return answer
+
+
+def _why_no_answer(stderr: str, stdout_lines: list[str]) -> str:
+    """The last line of stderr (a traceback's error), or what stdout held instead of JSON."""
+    errors = stderr.strip().splitlines()
+    if errors:
+        return errors[-1]
+    return f"printed {stdout_lines[-1][:200]!r}, not a JSON object" if stdout_lines else "no output"

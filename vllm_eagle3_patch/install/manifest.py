@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from ..errors import ToolError
-from .fileio import write_atomically
+from .fileio import compiled_files, make_directories, write_atomically
 
 STATE_DIR = ".vllm-eagle3-patch"
 SCHEMA = 1
@@ -83,6 +83,14 @@ class StateDir:
             self._refuse_links_out(self.backup_path(relative), self.path, relative)
         return manifest
 
+    def load_for_reading(self) -> tuple[Optional[Manifest], Optional[str]]:
+        """The manifest, or (None, why) where this user cannot read it: what ``status`` and
+        ``verify`` still report from the files' own hashes and marks."""
+        try:
+            return self.load(), None
+        except PermissionError as error:
+            return None, f"{self.manifest_path}: cannot be read by this user ({error.strerror})"
+
     def _refuse_links_out(self, path: Path, root: Path, relative: str) -> None:
         """A directory link on the way must not lead a write outside ``root``."""
         if not path.parent.resolve().is_relative_to(root.resolve()):
@@ -91,7 +99,17 @@ class StateDir:
             )
 
     def save(self, manifest: Manifest) -> None:
-        write_atomically(self.manifest_path, manifest.to_json().encode("utf-8"))
+        self._write(self.manifest_path, manifest.to_json().encode("utf-8"))
+
+    def make(self) -> None:
+        """The state directory, readable by whoever can read the package (its modes)."""
+        make_directories(self.path, like=self.package_dir)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        """Files take the modes of the package's own ``__init__.py``: a root ``apply`` in a Docker
+        build leaves a state every user who can read vLLM can read (``status`` in the pod)."""
+        make_directories(path.parent, like=self.package_dir)
+        write_atomically(path, data, like=self.package_dir / "__init__.py")
 
     def read_backup(self, relative: str, record: FileRecord) -> bytes:
         """The original bytes, only if they still hash to what the manifest recorded."""
@@ -105,7 +123,24 @@ class StateDir:
         return data
 
     def save_backup(self, relative: str, data: bytes) -> None:
-        write_atomically(self.backup_path(relative), data)
+        self._write(self.backup_path(relative), data)
+
+    def bytecode_dir(self, relative: str) -> Path:
+        """Where the installer's bytecode of the file lives while it is patched (``apply`` drops it
+        from ``__pycache__`` so Python compiles the new text; RECORD lists it)."""
+        return self.path / "bytecode" / safe_relative(relative, self.manifest_path)
+
+    def save_bytecode(self, relative: str) -> None:
+        """Keep the file's bytecode once, the first time it is dropped: the installer's."""
+        kept = self.bytecode_dir(relative)
+        if kept.exists():
+            return
+        for compiled in compiled_files(self.package_dir / relative):
+            self._write(kept / compiled.name, compiled.read_bytes())
+
+    def saved_bytecode(self, relative: str) -> dict[str, bytes]:
+        kept = self.bytecode_dir(relative)
+        return {path.name: path.read_bytes() for path in sorted(kept.glob("*.pyc"))} if kept.is_dir() else {}
 
 
 def safe_relative(relative: str, source: Path) -> str:

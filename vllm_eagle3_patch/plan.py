@@ -65,6 +65,8 @@ class Plan:
     @property
     def reason(self) -> str:
         reason = overall_state(self.files)[1]
+        if self.unreadable_state:
+            reason += f" ({self.unreadable_state}: the states come from the files' own contents)"
         if self.manifest and self.manifest.vllm_version != self.install.version:
             reason += f" (the manifest is stale: written for vLLM {self.manifest.vllm_version})"
         elif any(f.stale for f in self.files):

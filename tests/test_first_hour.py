@@ -1,0 +1,267 @@
+"""What a new user's first hour hits, run as the user runs it: real trees, real interpreters, real users.
+
+Each test names the defect it guards against; each failed before the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import python_with_path_entries, record_mismatches, run_cli, status_of
+from conftest import run_on as cli
+
+from vllm_eagle3_patch.registry import DEEPSEEK_V2, FAMILIES
+
+ONE_LINE_ERROR = "vllm-eagle3-patch: error: "
+REPO = Path(__file__).resolve().parents[1]
+
+
+def as_nobody(*args: str, home: Path) -> subprocess.CompletedProcess:
+    """This tool as the unprivileged ``nobody``, with this interpreter's packages."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HOME": str(home), "NO_COLOR": "1"}
+    env.pop("VLLM_EAGLE3_PATCH_VERDICT_CACHE", None)  # nobody's own cache, under its HOME
+    command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable, "-m"]
+    return subprocess.run([*command, "vllm_eagle3_patch", *args], capture_output=True, text=True, env=env)
+
+
+def readable_by_all(*paths: Path) -> None:
+    """Every directory above the tree lets others in, as site-packages does."""
+    above = {directory for path in paths for directory in (path, *path.parents)}
+    for directory in above - {Path("/"), Path("/tmp")}:
+        if directory.is_dir():
+            directory.chmod((directory.stat().st_mode & 0o7777) | 0o755)
+
+
+def assert_one_line(completed: subprocess.CompletedProcess, *words: str) -> None:
+    assert completed.returncode == 1, completed
+    assert completed.stderr.startswith(ONE_LINE_ERROR) and completed.stderr.count("\n") == 1, completed.stderr
+    assert "Traceback" not in completed.stderr
+    for word in words:
+        assert word in completed.stderr, completed.stderr
+
+
+# --------------------------------------------------------------------------- 1. the state after a root apply
+
+
+def test_a_non_root_user_reads_the_state_after_a_root_apply(release, tmp_path):
+    """A Docker build applies as root with a strict umask; the pod runs ``status --json`` as another user."""
+    package_dir = release("0.17.1")
+    readable_by_all(package_dir, tmp_path)
+    old_umask = os.umask(0o077)
+    try:
+        assert cli(package_dir, "apply", "-q").returncode == 0
+    finally:
+        os.umask(old_umask)
+    init_mode = stat.S_IMODE((package_dir / "__init__.py").stat().st_mode)
+    state_dir = package_dir / ".vllm-eagle3-patch"
+    kept = [path for path in state_dir.rglob("*") if path.is_file() and path.name != "lock"]
+    assert kept and all(stat.S_IMODE(path.stat().st_mode) == init_mode for path in kept)
+    completed = as_nobody("--vllm-dir", str(package_dir), "status", "--json", home=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert report["state"] == "patched" and "unreadable_state" not in report
+    assert all(target["reason"].startswith("applied by vllm-eagle3-patch") for target in report["targets"])
+
+
+def test_an_unreadable_state_is_said_in_one_line_and_the_hashes_still_speak(release, tmp_path):
+    """A state written by an older release of this tool (mode 0600): status says so, and still answers."""
+    package_dir = release("0.17.1")
+    readable_by_all(package_dir, tmp_path)
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    (package_dir / ".vllm-eagle3-patch" / "manifest.json").chmod(0o600)
+    completed = as_nobody("--vllm-dir", str(package_dir), "status", "--json", home=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert "manifest.json: cannot be read by this user" in report["unreadable_state"]
+    assert report["state"] == "patched" and "cannot be read" in report["reason"]
+    assert all("manifest cannot be read here" in target["reason"] for target in report["targets"])
+    verify = as_nobody(
+        "--vllm-dir", str(package_dir), "verify", "--static", "--interpreter", "/bin/true", home=tmp_path
+    )
+    assert verify.returncode == 0 and "its manifest cannot be read here" in verify.stdout, verify
+
+
+# --------------------------------------------------------------------------- 2. naming the install
+
+
+@pytest.mark.parametrize("python", ["/bin/true", "/bin/echo"])
+def test_a_program_that_is_not_python_gets_one_line(python):
+    assert_one_line(run_cli("--python", python, "status"), python, "expected a Python interpreter")
+
+
+def test_a_directory_without_an_interpreter_gets_one_line(tmp_path):
+    assert_one_line(run_cli("--python", str(tmp_path), "status"), "a directory without bin/python")
+
+
+def test_a_virtual_environment_directory_is_its_interpreter(release, tmp_path):
+    package_dir = release("0.17.1")
+    python_with_path_entries(tmp_path / "env", package_dir.parent)
+    completed = run_cli("--python", str(tmp_path / "env"), "status", "--json")
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["vllm_dir"] == str(package_dir)
+
+
+def test_site_packages_for_vllm_dir_suggests_the_package(release):
+    package_dir = release("0.17.1")
+    assert_one_line(run_cli("--vllm-dir", str(package_dir.parent), "status"), f"did you mean --vllm-dir {package_dir}")
+
+
+def test_the_install_options_work_after_the_subcommand_too(release):
+    package_dir = release("0.17.1")
+    completed = run_cli("status", "--json", "--vllm-dir", str(package_dir))
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["vllm_dir"] == str(package_dir)
+    assert run_cli("--vllm-dir", str(package_dir), "status", "--python", sys.executable).returncode == 1
+
+
+def test_no_vllm_here_names_the_options_that_find_one(tmp_path):
+    python = python_with_path_entries(tmp_path / "env")
+    assert_one_line(run_cli("--python", str(python), "status"), "--vllm-dir")
+    here = run_cli("status", env={"PYTHONPATH": ""}, cwd=tmp_path)
+    if here.returncode == 1:  # this interpreter has no vllm of its own
+        assert_one_line(here, "--python PATH", "--vllm-dir")
+
+
+# --------------------------------------------------------------------------- 3. the layer ids apply writes
+
+
+def default_getter_in(package_dir: Path) -> bool:
+    return "return (2, num_layers // 2, num_layers - 3)" in (package_dir / DEEPSEEK_V2.path).read_text()
+
+
+@pytest.mark.parametrize("ids", ["1,2", "1,2,3,4", "1,1,2", "-1,2,3"])
+def test_aux_layers_are_three_distinct_ids(release, ids):
+    package_dir = release("0.17.1")
+    completed = cli(package_dir, "apply", "--aux-layers", ids)
+    assert completed.returncode == 2 and "--aux-layers" in completed.stderr
+    assert status_of(package_dir)["state"] == "unpatched"
+
+
+def test_apply_says_which_ids_it_writes_and_default_returns_to_the_default(release):
+    package_dir = release("0.17.1")
+    first = cli(package_dir, "apply", "--aux-layers", "1,2,3")
+    assert first.returncode == 0 and "aux layer ids: 1, 2, 3 (--aux-layers)" in first.stdout
+    again = cli(package_dir, "apply")
+    assert "aux layer ids: 1, 2, 3 (kept from the last apply" in again.stdout and not default_getter_in(package_dir)
+    back = json.loads(cli(package_dir, "apply", "--aux-layers", "default", "--json").stdout)
+    assert back["aux_layers"] is None and back["aux_layers_source"] == "--aux-layers default"
+    assert default_getter_in(package_dir) and status_of(package_dir)["aux_layers"] is None
+
+
+def test_apply_after_a_reinstall_says_it_keeps_the_last_ids(release):
+    package_dir = release("0.17.1")
+    original = (package_dir / DEEPSEEK_V2.path).read_bytes()
+    assert cli(package_dir, "apply", "-q", "--aux-layers", "1,2,3").returncode == 0
+    (package_dir / DEEPSEEK_V2.path).write_bytes(original)  # what a reinstall of the same release does
+    completed = cli(package_dir, "apply")
+    assert completed.returncode == 0 and "aux layer ids: 1, 2, 3 (kept from the last apply" in completed.stdout
+
+
+def test_the_help_does_not_offer_ids_the_docs_call_one_layer_off():
+    assert "1,29,57" not in run_cli("apply", "--help").stdout
+
+
+# --------------------------------------------------------------------------- 4. verify without torch
+
+
+def test_verify_with_static_checks_alone_is_not_a_pass(release):
+    package_dir = release("0.17.1")
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    static = cli(package_dir, "verify", "--interpreter", sys.executable)  # this interpreter has no torch
+    assert static.returncode == 3 and "NOT VERIFIED" in static.stdout
+    assert cli(package_dir, "verify", "--static", "--interpreter", sys.executable).returncode == 0
+    assert cli(package_dir, "revert", "-q").returncode == 0
+    assert cli(package_dir, "verify", "--static", "--interpreter", sys.executable).returncode == 1
+
+
+# --------------------------------------------------------------------------- 5. what the tool says it covers
+
+
+def test_the_help_and_the_state_name_the_registry_families(release):
+    described = " ".join(run_cli("--help").stdout.split())
+    assert all(family.name in described for family in FAMILIES)
+    assert "0.8.5-0.17.1" not in described
+    reason = status_of(release("0.17.1"))["reason"]
+    assert all(family.name in reason for family in FAMILIES)
+
+
+def test_the_package_description_names_no_release_range():
+    import tomllib
+
+    description = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["description"]
+    assert "0.17.1" not in description and "DeepSeek" not in description
+
+
+# --------------------------------------------------------------------------- 6. hints, rows, bytecode
+
+
+def test_the_record_refusal_names_the_interpreter_and_the_options(release, tmp_path):
+    package_dir = release("0.17.1")
+    python = python_with_path_entries(tmp_path / "env", package_dir.parent)
+    with open(package_dir / "config" / "speculative.py", "a") as stream:
+        stream.write("# edited by hand\n")
+    completed = run_cli("--python", str(python), "apply")
+    assert_one_line(completed, f"{python} -m pip install --force-reinstall --no-deps vllm==0.17.1")
+    assert f"vllm-eagle3-patch --python {python} apply --accept-modified" in completed.stderr
+
+
+def test_a_stale_manifest_is_said_once_and_the_rows_are_sorted_and_aligned(release):
+    package_dir = release("0.17.1")
+    originals = {path: path.read_bytes() for path in package_dir.rglob("*.py")}
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    for path, data in originals.items():  # a reinstall of the same release
+        path.write_bytes(data)
+    report = status_of(package_dir)
+    assert "the manifest is stale" in report["reason"]
+    assert not any("stale" in target["reason"] for target in report["targets"])
+    files = [target["file"] for target in report["targets"]]
+    assert files == sorted(files)
+    rows = [line for line in cli(package_dir, "status").stdout.splitlines() if line.startswith("  ")]
+    reason_columns = {line.index("  patchable") for line in rows}
+    assert len(rows) == len(files) and len(reason_columns) == 1
+
+
+def test_revert_puts_back_the_bytecode_the_installer_listed(release):
+    """pip compiles and lists ``__pycache__`` files in RECORD; apply drops them; revert must restore them."""
+    package_dir = release("0.17.1")
+    source = package_dir / DEEPSEEK_V2.path
+    compiled = Path(py_compile.compile(str(source), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP))
+    add_to_record(package_dir, compiled)
+    installed = compiled.read_bytes()
+    assert record_mismatches(package_dir) == []
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    assert not compiled.exists()
+    assert cli(package_dir, "revert", "-q").returncode == 0
+    assert compiled.read_bytes() == installed and record_mismatches(package_dir) == []
+    assert int(source.stat().st_mtime) == int.from_bytes(installed[8:12], "little")  # the bytecode is valid again
+
+
+def add_to_record(package_dir: Path, compiled: Path) -> None:
+    import base64
+    import hashlib
+
+    (record,) = package_dir.parent.glob("vllm-*.dist-info/RECORD")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(compiled.read_bytes()).digest()).rstrip(b"=").decode()
+    relative = compiled.relative_to(package_dir.parent).as_posix()
+    with open(record, "a") as stream:
+        stream.write(f"{relative},sha256={digest},{compiled.stat().st_size}\n")
+
+
+@pytest.mark.matrix
+def test_the_demo_touches_nothing_outside_tmp(tmp_path):
+    """The README's first command, as written: it says nothing outside /tmp is touched."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PIP_CACHE_DIR": str(Path.home() / ".cache/pip")}
+    env.pop("VLLM_EAGLE3_PATCH_VERDICT_CACHE", None)
+    completed = subprocess.run(
+        ["bash", str(REPO / "examples" / "demo.sh"), "0.17.1"], capture_output=True, text=True, env=env
+    )
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    assert "patched 12 file(s)" in completed.stdout and "they match its RECORD" in completed.stdout
+    assert not (tmp_path / "cache" / "vllm-eagle3-patch").exists()

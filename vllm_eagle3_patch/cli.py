@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
         "lossless greedy decoding, drafts accepted, the right aux states",
     )
     check.add_argument(
+        "--eager",
+        action="store_true",
+        help="with --engine: run vLLM without torch.compile and CUDA graphs (default: compiled, as vLLM runs)",
+    )
+    check.add_argument(
         "--static",
         action="store_true",
         help=f"exit 0 on passing static checks even where torch or vLLM cannot be imported (else exit {STATIC_ONLY})",
@@ -259,7 +264,8 @@ def run_revert(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     install = find_install(args)
     plan = make_plan(install, states_only=True)
-    report = verify.verify(plan, args.interpreter or install.python, engine=args.engine)
+    step = render.step_reporter(sys.stderr) if args.engine and not args.quiet else None
+    report = verify.verify(plan, args.interpreter or install.python, engine=args.engine, eager=args.eager, step=step)
     if args.json:
         emit_json({**render.status_data(plan), **render.verify_data(report)})
     elif not args.quiet:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, Iterator, Optional, TextIO
 
 from .codemod.target import Options, State
 from .install.record import RecordCheck
 from .plan import Plan
+from .verification.engine_check import Step
 from .verification.verify import Report
 
 _STATE_STYLE = {
@@ -41,7 +42,7 @@ def unified_diff(plan: Plan) -> str:
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
-    """The ``status --json`` object (schema in the README)."""
+    """The ``status --json`` object (schema in ``docs/json.md``)."""
     record = plan.install.record
     return {
         "vllm_dir": str(plan.install.package_dir),
@@ -148,6 +149,30 @@ def print_plan(plan: Plan, stream: TextIO = sys.stdout) -> None:
         stream.write(f"{action:<20} {file.path}\n")
 
 
+def step_reporter(stream: TextIO) -> Optional[Step]:
+    """On a terminal: the step that is running and its elapsed time, then one line per step done,
+    as pip and uv show long work.  Elsewhere (a pipe, a log, ``NO_COLOR`` aside): None, so piped
+    and ``--json`` output stay as they are."""
+    if not stream.isatty():
+        return None
+    import time
+    from contextlib import contextmanager
+
+    from rich.console import Console
+
+    console = Console(file=stream, highlight=False, no_color="NO_COLOR" in os.environ)
+    started = time.monotonic()
+
+    @contextmanager
+    def step(name: str) -> Iterator[None]:
+        began = time.monotonic()
+        with console.status(f"{name} ..."):
+            yield
+        console.print(f"[{time.monotonic() - started:5.0f} s] {name}: {time.monotonic() - began:.0f} s")
+
+    return step
+
+
 def verify_data(report: Report) -> dict[str, Any]:
     """The ``verify --json`` fields (added to the status object)."""
     return {
@@ -160,10 +185,10 @@ def verify_data(report: Report) -> dict[str, Any]:
 
 
 def verify_verdict(report: Report, static_enough: bool = False) -> str:
+    why = f"torch/vLLM cannot be imported there ({report.import_error})"
     if not report.ok:
-        return "FAIL"
+        return "FAIL" if report.imported else f"FAIL (static checks only: {why})"
     if not report.imported:
-        why = f"torch/vLLM cannot be imported there ({report.import_error})"
         if static_enough:
             return f"PASS (static checks only, as --static allows: {why})"
         return f"NOT VERIFIED (static checks passed, but {why}; the patched code never ran: --static accepts this)"

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 from ..plan import Plan
 from .checks import Check, run_in_target
@@ -32,18 +33,30 @@ RUNS = {
 }
 
 
-def engine_checks(plan: Plan, python: str) -> tuple[tuple[Check, ...], dict[str, Any]]:
-    """The checks, and the runs behind them (for ``--json``)."""
+Step = Callable[[str], ContextManager[None]]
+"""Shows the user which step is running (``verify --engine`` on a terminal); a no-op elsewhere."""
+
+
+def engine_checks(
+    plan: Plan, python: str, eager: bool = False, step: Step = lambda name: nullcontext()
+) -> tuple[tuple[Check, ...], dict[str, Any]]:
+    """The checks, and the runs behind them (for ``--json``).  ``eager``: without torch.compile
+    (and CUDA graphs); by default vLLM runs as it runs for users, compiled."""
     with tempfile.TemporaryDirectory(prefix="vllm-eagle3-patch-engine-") as tmp:
         models = Path(tmp)
         layers = max(LAYERS, max(plan.options.aux_layers or (0,)) + 1)
-        built = _in_target(plan, python, ["build", str(models), "--layers", str(layers), "--ask-vllm"])
+        with step("building the tiny target and drafters"):
+            built = _in_target(plan, python, ["build", str(models), "--layers", str(layers), "--ask-vllm"])
         if "built" not in built:
             failure = Check("tiny models built", False, built.get("error") or "the build failed")
             return (failure,), {"build": built}
         reference = json.loads((models / "reference.json").read_text())
-        runs = {name: _run(plan, python, models, reference, drafter) for name, drafter in RUNS.items()}
-    return judge_runs(runs, reference), {"layer_ids": built["sets"]["default"], "runs": _summaries(runs)}
+        runs = {}
+        for number, (name, drafter) in enumerate(RUNS.items(), start=1):
+            with step(f"engine run {number}/{len(RUNS)}: {name}{'' if eager else ' (compiled)'}"):
+                runs[name] = _run(plan, python, models, reference, drafter, eager)
+    summary = {"layer_ids": built["sets"]["default"], "compiled": not eager, "runs": _summaries(runs)}
+    return judge_runs(runs, reference), summary
 
 
 def judge_runs(runs: dict[str, dict[str, Any]], reference: dict[str, Any]) -> tuple[Check, ...]:
@@ -110,13 +123,16 @@ def _same_states(run: dict[str, Any], reference: dict[str, Any]) -> str:
     return f"max difference {worst:.1e} over {len(received)} positions"
 
 
-def _run(plan: Plan, python: str, models: Path, reference: dict[str, Any], drafter: Optional[str]) -> dict[str, Any]:
+def _run(
+    plan: Plan, python: str, models: Path, reference: dict[str, Any], drafter: Optional[str], eager: bool
+) -> dict[str, Any]:
     prompts = reference["prompts"]
     case = {
         "target": str(models / "target"),
         "drafter": str(models / drafter) if drafter else None,
         "prompts": prompts,
         "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(prompts[0]),
+        "eager": eager,
     }
     case_file = models / f"case-{drafter or 'none'}.json"
     case_file.write_text(json.dumps(case))

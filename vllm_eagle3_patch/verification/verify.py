@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..codemod.target import Policy, State
 from ..eagle3.release import GETTER, module_name
@@ -19,6 +19,9 @@ from ..plan import Plan
 from ..registry import FAMILIES
 from .checks import Check, run_in_target
 from .in_target import stand_in_checks
+
+if TYPE_CHECKING:
+    from .engine_check import Step
 
 TIMEOUT_SECONDS = 900
 
@@ -38,8 +41,11 @@ class Report:
         return bool(self.checks) and all(check.ok for check in self.checks)
 
 
-def verify(plan: Plan, python: Optional[str], engine: bool = False) -> Report:
-    """The static and stand-in checks; with ``engine``, the tiny end-to-end engine runs too."""
+def verify(
+    plan: Plan, python: Optional[str], engine: bool = False, eager: bool = False, step: Optional[Step] = None
+) -> Report:
+    """The static and stand-in checks; with ``engine``, the tiny end-to-end engine runs too
+    (compiled, as vLLM runs by default, unless ``eager``; ``step`` shows each step to the user)."""
     python = python or sys.executable
     static = static_checks(plan)
     stand_ins = run_stand_in_checks(plan, python)
@@ -53,7 +59,7 @@ def verify(plan: Plan, python: Optional[str], engine: bool = False) -> Report:
         return Report(static + dynamic, imported=True)
     from .engine_check import engine_checks  # here: it is only needed with --engine (and reads more)
 
-    checks, runs = engine_checks(plan, python)
+    checks, runs = engine_checks(plan, python, eager, step) if step else engine_checks(plan, python, eager)
     return Report(static + dynamic + checks, imported=True, engine=runs)
 
 

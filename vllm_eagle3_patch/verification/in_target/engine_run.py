@@ -125,7 +125,7 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
         "dtype": "float32",
         "max_model_len": 128,
         "max_num_seqs": 4,
-        "enforce_eager": True,
+        "enforce_eager": bool(case.get("eager", True)),  # verify --engine runs vLLM's default: compiled
         "seed": 0,
         "disable_log_stats": False,
     }

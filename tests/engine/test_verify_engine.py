@@ -33,13 +33,14 @@ def python():
     return str(environments.engine_python("2.10.0"))
 
 
-def verify_engine(tree, python) -> tuple[int, dict]:
-    completed = run_cli("--vllm-dir", str(tree), "verify", "--engine", "--interpreter", python, "--json")
+def verify_engine(tree, python, *options: str) -> tuple[int, dict]:
+    completed = run_cli("--vllm-dir", str(tree), "verify", "--engine", *options, "--interpreter", python, "--json")
     return completed.returncode, json.loads(completed.stdout)
 
 
 def test_verify_engine_fails_on_the_unpatched_release(tree, python):
-    code, report = verify_engine(tree, python)
+    code, report = verify_engine(tree, python, "--eager")
+    assert report["engine"]["compiled"] is False
     assert code == 1 and report["verified"] is False
     engine_checks = [c for c in report["checks"] if "drafter" in c["name"]]
     assert engine_checks and not any(c["ok"] for c in engine_checks)
@@ -50,11 +51,14 @@ def test_verify_engine_fails_on_the_unpatched_release(tree, python):
     assert plain["ok"], "without a drafter the unpatched engine still decodes"
 
 
-def test_verify_engine_passes_once_applied(tree, python):
+def test_verify_engine_passes_once_applied_compiled_as_vllm_runs_by_default(tree, python):
     assert run_cli("--vllm-dir", str(tree), "apply").returncode == 0
     code, report = verify_engine(tree, python)
     failed = [c for c in report["checks"] if not c["ok"]]
     assert code == 0 and report["verified"] is True, failed
+    assert report["engine"]["compiled"] is True
+    for run in report["engine"]["runs"].values():
+        assert run["compilation"]["enforce_eager"] is False, run["compilation"]
     drafted = report["engine"]["runs"]["state-dependent drafter"]
     blind = report["engine"]["runs"]["blind drafter"]
     assert drafted["accepted_tokens"] == drafted["draft_tokens"] > 0

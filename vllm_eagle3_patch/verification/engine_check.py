@@ -146,6 +146,7 @@ def _in_target(plan: Plan, python: str, arguments: list[str]) -> dict[str, Any]:
 
 def _summaries(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     keep = ("ok", "error", "tokens", "drafts", "draft_tokens", "accepted_tokens", "counts_from", "cpu_shim", "vllm")
+    keep += ("compilation",)
     return {name: {k: run.get(k) for k in keep} for name, run in runs.items()}
 
 

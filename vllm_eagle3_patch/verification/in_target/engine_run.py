@@ -104,6 +104,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         outputs = llm.generate([{"prompt_token_ids": list(p)} for p in case["prompts"]], params, use_tqdm=False)
         result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
         result.update(_spec_counts(llm, on_cpu))
+        result["compilation"] = _compilation(llm)
         if captured:
             result["drafter_input"] = captured[0]
         result["ok"] = True
@@ -111,6 +112,17 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         result["error"] = f"{type(error).__name__}: {error}"
         result["traceback"] = traceback.format_exc()[-4000:]
     return result
+
+
+def _compilation(llm: Any) -> dict[str, Any]:
+    """How the engine ran the model: eager, or compiled (torch.compile's mode, as vLLM names it)."""
+    try:
+        config = llm.llm_engine.vllm_config
+    except AttributeError:
+        return {}
+    compilation = config.compilation_config
+    mode = getattr(compilation, "mode", getattr(compilation, "level", None))
+    return {"enforce_eager": bool(config.model_config.enforce_eager), "mode": str(mode)}
 
 
 def _cuda_available() -> bool:

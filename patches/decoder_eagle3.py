@@ -100,7 +100,11 @@ class DecoderEagle3:
 
     def patch_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
         """``__init__`` sets the empty ids (unless upstream's does); ``forward`` captures, unless
-        it is inherited from ``family.forward_from``'s model, which that family's file patches."""
+        it is inherited from ``family.forward_from``'s model, which that family's file patches, or
+        upstream's ``EagleModelMixin`` decoder already collects global ids (then only the causal LM
+        lacks the protocol: Qwen3-Next on 0.20-0.23)."""
+        if _collects_global_ids(model):
+            return model
         init = method(model, "__init__")
         new_model = model
         if not _sets_aux_layers(init):
@@ -193,6 +197,23 @@ class DecoderEagle3:
         if self.protocol:
             causal_lm = add_base(causal_lm, PROTOCOL)
         return add_methods(causal_lm, eagle3_methods(self.family.decoder, self.aux_layers, self.getter), tree)
+
+
+def _collects_global_ids(model: cst.ClassDef) -> bool:
+    """Whether ``model`` is upstream's collecting decoder: an ``EagleModelMixin`` whose ``forward``
+    captures id 0 before its loop and ``i + 1`` after layer ``i``, ``i`` counted from
+    ``self.start_layer`` (global ids: this tool's semantics, id ``n`` included)."""
+    if not any(is_name(base.value, MIXIN) for base in model.bases):
+        return False
+    forward = method(model, "forward")
+    captures = find(forward, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
+    loops = [loop for loop in find(forward, cst.For) if _enumerates_own_layers(loop.iter)]
+    if not captures or len(loops) != 1:
+        raise Unrecognised(
+            f"{model.name.value} inherits {MIXIN}, but its forward does not capture with "
+            "self._maybe_add_hidden_state in a loop enumerated from self.start_layer"
+        )
+    return True
 
 
 def _sets_aux_layers(init: cst.FunctionDef) -> bool:
@@ -384,9 +405,9 @@ class DecoderTarget(SingleFileTarget):
         family = self.family
 
         def native(module: cst.Module) -> Optional[str]:
-            return declares_eagle3(module, family.causal_lm, (PROTOCOL,)) or declares_eagle3(
-                module, family.model, (MIXIN,)
-            )
+            """What the runner checks: the causal LM it holds is an EAGLE-3 target.  A collecting
+            decoder under a causal LM without the protocol is half of it (the codemod adds the rest)."""
+            return declares_eagle3(module, family.causal_lm, (PROTOCOL,))
 
         def codemod() -> DecoderEagle3:
             interface = release.interface

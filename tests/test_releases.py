@@ -76,11 +76,13 @@ NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/k
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
 UPSTREAM_FROM = {
     "model_executor/models/minimax_m2.py": "0.20.0",
-    "model_executor/models/qwen3_next.py": "0.20.0",
+    "model_executor/models/qwen3_next.py": "0.24.0",
     "model_executor/models/qwen3_5.py": "0.18.0",
 }
-"""Family files vLLM itself gives EAGLE-3 from these releases on (native).  On 0.18-0.19
-Qwen3-Next's forward already collects but its causal LM lacks the methods: patched, not native."""
+"""Family files vLLM itself gives EAGLE-3 from these releases on (native): the causal LM the runner
+holds passes ``supports_eagle3`` and its decoder collects.  On 0.18-0.23 Qwen3-Next's decoder already
+collects (from 0.20.0 as an ``EagleModelMixin``) but its causal LM lacks the protocol until 0.24.0:
+patched, not native."""
 FAMILY_RELEASES = [
     pytest.param("0.18.0", "cpu_python", (), id="0.18.0"),
     *(pytest.param(v, None, (), id=v) for v in FAMILIES_ONLY if v not in ("0.18.0", "0.33.0")),
@@ -98,7 +100,7 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     package_dir = release(version)
     before = status(package_dir)
     targets = {t["file"]: t["state"] for t in before["targets"]}
-    assert before["state"] == "unpatched" and "DeepSeek-V2/V3 itself" in before["reason"], before
+    assert before["state"] == "unpatched" and "native for DeepSeek-V2/V3" in before["reason"], before
     assert {f for f, s in targets.items() if s == "native"} - {"config/speculative.py"} - FAMILY_FILES == NATIVE_FILES
     assert {f: targets[f] for f in FAMILY_FILES} == {f: expected_family_state(f, version) for f in FAMILY_FILES}
     native_bytes = {f: (package_dir / f).read_bytes() for f in targets if targets[f] == "native"}

@@ -314,6 +314,38 @@ REFUSED = [
     ),
 ]
 
+MIXIN_LOOP = """\
+        aux_hidden_states = self._maybe_add_hidden_state([], 0, hidden_states, residual)
+        for layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):
+            hidden_states, residual = layer(positions, hidden_states, residual)
+            self._maybe_add_hidden_state(aux_hidden_states, layer_idx + 1, hidden_states, residual)"""
+MIXIN_SOURCE = source(loop=MIXIN_LOOP).replace(
+    "class ToyModel(nn.Module)", "class ToyModel(nn.Module, EagleModelMixin)"
+)
+"""Upstream's collecting decoder (Qwen3-Next on 0.20-0.23) under a causal LM without the protocol."""
+
+
+def test_a_collecting_mixin_decoder_keeps_its_forward_and_the_causal_lm_gets_the_rest():
+    """Half native: the runner refuses the causal LM, so it gains the protocol and both methods; the
+    decoder's own capture (global ids 0..n, this tool's semantics) is left as it is."""
+    patched = DecoderTarget(TOY).examine(MIXIN_SOURCE, reader(runner=MIXIN_RUNNER), Options()).patched
+    model_part, causal_lm_part = patched.split("class ToyForCausalLM")
+    assert model_part == MIXIN_SOURCE.split("class ToyForCausalLM")[0].replace(
+        "from .interfaces import SupportsPP", "from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch"
+    )
+    assert "SupportsEagle3):  # vllm-eagle3-patch" in causal_lm_part
+    assert f"def {DEFAULT_GETTER}(self) -> tuple[int, ...]:  # vllm-eagle3-patch" in causal_lm_part
+    assert "self.model.aux_hidden_state_layers = layers" not in causal_lm_part  # through the decoder variable:
+    assert "    decoder.aux_hidden_state_layers = layers\n" in causal_lm_part  # the mixin reads that attribute
+
+
+def test_a_mixin_decoder_with_local_ids_is_refused():
+    """A mixin loop not enumerated from self.start_layer would capture stage-local ids."""
+    local = MIXIN_SOURCE.replace(", start=self.start_layer)", ")")
+    verdict = DecoderTarget(TOY).examine(local, reader(runner=MIXIN_RUNNER), Options())
+    assert verdict.state is State.UNSUPPORTED and "enumerated from self.start_layer" in verdict.reason
+
+
 RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"
 MIXIN_RUNNER = f"layers = model.{DEFAULT_GETTER}()\n{RUNNER_WITH_EAGLE3}"
 """A runner shaped like 0.18.0's and later: it asks SupportsEagle3's default ids by their new name."""
@@ -347,9 +379,10 @@ def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
         (
             source().replace("class ToyModel(nn.Module)", "class ToyModel(nn.Module, EagleModelMixin)"),
             reader(),
-            State.NATIVE,
-            "ToyModel",
+            State.UNSUPPORTED,
+            "does not capture with self._maybe_add_hidden_state",
         ),
+        (MIXIN_SOURCE, reader(runner=MIXIN_RUNNER), State.UNPATCHED, "patchable"),
         (
             source().replace(
                 "        return self.model(x)\n",
@@ -375,7 +408,8 @@ def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
         "no-eagle3",
         "mixin-release",
         "protocol-base",
-        "mixin-base",
+        "mixin-without-capture",
+        "mixin-collecting",
         "getter",
         "default-getter",
     ],

@@ -22,7 +22,7 @@ DEEPSEEK_V2 = Family(
     f"{MODELS}/deepseek_v2.py",
     "DeepseekV2Model",
     "DeepseekV2ForCausalLM",  # V3, V3.2 and Kimi-K2 are subclasses or the same class
-    ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"),
+    ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"),  # glm_moe_dsa: GLM-5 (0.16.0+)
     # Kimi-K2.5 (0.15.0+): the runner holds the wrapper, whose language model is DeepSeek-V3
     # (a bare DeepseekV2Model in 0.15.x, a DeepseekV2ForCausalLM from 0.16.0); its text config
     # is a DeepseekV3Config, which the gate knows as deepseek_v3

@@ -24,8 +24,9 @@ class SpeculativeConfig:
             raise ValueError("Eagle3 is only supported for ...")
 """
 
-FAMILIES = '"glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "phi3"'
-"""The families' model types, appended after DeepSeek's (see ``vllm_eagle3_patch.registry``)."""
+FAMILIES = '"glm_moe_dsa", "glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "phi3"'
+"""GLM-5's type (its causal LM subclasses DeepSeek's) and the families', appended after DeepSeek's own
+(see ``vllm_eagle3_patch.registry``)."""
 
 LLAMA_ONLY = """\
 class SpeculativeConfig:

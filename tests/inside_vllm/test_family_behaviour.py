@@ -303,6 +303,7 @@ def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
 @pytest.mark.parametrize(
     "model_type",
     [
+        "glm_moe_dsa",  # GLM-5: a DeepSeek causal LM whose type 0.18-0.21's whitelist leaves out
         "glm4_moe",
         "gemma3",
         "gemma3_text",

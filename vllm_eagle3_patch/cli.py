@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 from . import PROG, __version__, changes, render
 from .codemod.target import Options, State
 from .drafters import doctor, drafter_config
+from .drafters.target_model import target_model
 from .eagle3 import layer_ids
 from .errors import ToolError
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
@@ -68,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="show the vLLM found and the state of every target file")
     status.add_argument("--check", action="store_true", help="exit 1 unless the state is patched or native")
+    status.add_argument(
+        "--model",
+        metavar="ARCH|DIR",
+        help="with --check: judge only this model (an architecture name, or a checkpoint whose config.json names "
+        "it): exit 0 when it is an EAGLE-3 target on this install, whatever else is unpatched",
+    )
     status.set_defaults(run=run_status)
 
     diff = commands.add_parser("diff", help="print the unified diff apply would write (a dry run)")
@@ -212,10 +219,15 @@ def find_install(args: argparse.Namespace) -> VllmInstall:
 
 def run_status(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), states_only=True)
+    model = target_model(plan, args.model) if args.model else None
     if args.json:
-        emit_json(render.status_data(plan))
+        emit_json({**render.status_data(plan), **({"model": render.model_data(model)} if model else {})})
     elif not args.quiet:
         render.print_status(plan)
+        if model is not None:
+            print(f"model: {model.verdict()}")
+    if model is not None:
+        return 0 if model.ready else 1
     if args.check:
         return 0 if plan.state in (State.PATCHED, State.NATIVE) else 1
     return 0

@@ -26,7 +26,7 @@ DEEPSEEK_V2 = Family(
     # Kimi-K2.5 (0.15.0+): the runner holds the wrapper, whose language model is DeepSeek-V3
     # (a bare DeepseekV2Model in 0.15.x, a DeepseekV2ForCausalLM from 0.16.0); its text config
     # is a DeepseekV3Config, which the gate knows as deepseek_v3
-    wrapper=Wrapper(f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration"),
+    wrapper=Wrapper(f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration", text_model_type="deepseek_v3"),
     policy=Policy.REQUIRED,
 )
 GLM4_MOE = Family("GLM-4.5 MoE", f"{MODELS}/glm4_moe.py", "Glm4MoeModel", "Glm4MoeForCausalLM", ("glm4_moe",))
@@ -36,7 +36,7 @@ GEMMA3 = Family(
     "Gemma3Model",
     "Gemma3ForCausalLM",
     ("gemma3", "gemma3_text"),
-    wrapper=Wrapper(f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration"),
+    wrapper=Wrapper(f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration", text_model_type="gemma3_text"),
 )
 BAILING_MOE = Family(
     "Ling (Bailing MoE)", f"{MODELS}/bailing_moe.py", "BailingMoeModel", "BailingMoeForCausalLM", ("bailing_moe",)
@@ -54,7 +54,7 @@ QWEN3_NEXT = Family(
     f"{MODELS}/qwen3_next.py",
     "Qwen3NextModel",
     "Qwen3NextForCausalLM",
-    (),  # the gate already accepts it: "qwen" is matched as a substring
+    ("qwen3_next",),  # the whitelists from 0.10.1 on accept it already: "qwen" is matched as a substring
     ids_on_the_class=True,  # qwen3_5.py's Qwen3_5Model (0.17.x) skips Qwen3NextModel.__init__
 )
 QWEN3_5 = Family(
@@ -63,7 +63,7 @@ QWEN3_5 = Family(
     "Qwen3_5Model",
     "Qwen3_5ForCausalLMBase",  # the text-only Qwen3_5ForCausalLM and Qwen3_5MoeForCausalLM; the
     # multimodal classes inherit Qwen3-VL's EAGLE-3 methods, which reach the same model
-    (),  # accepted as "qwen", like Qwen3-Next
+    ("qwen3_5", "qwen3_5_text"),  # accepted as "qwen", like Qwen3-Next
     forward_from=QWEN3_NEXT,
 )
 

@@ -11,6 +11,7 @@ import sys
 from typing import Any, Iterator, Optional, TextIO
 
 from .codemod.target import Options, State
+from .drafters.target_model import TargetModel
 from .install.record import RecordCheck
 from .plan import Plan
 from .verification.engine_check import Step
@@ -62,6 +63,18 @@ def status_data(plan: Plan) -> dict[str, Any]:
             }
             for f in plan.files
         ],
+    }
+
+
+def model_data(model: TargetModel) -> dict[str, Any]:
+    """``status --model --json``: the model's verdict on this install."""
+    return {
+        "architecture": model.architecture,
+        "module": model.module,
+        "family": model.family.name if model.family else None,
+        "eagle3_target": model.ready,
+        "verdict": model.verdict(),
+        "files": {f.path: f.state.value for f in model.files},
     }
 
 

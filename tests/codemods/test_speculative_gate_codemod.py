@@ -24,9 +24,13 @@ class SpeculativeConfig:
             raise ValueError("Eagle3 is only supported for ...")
 """
 
-FAMILIES = '"glm_moe_dsa", "glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash", "phi3"'
+OTHERS = '"glm_moe_dsa", "glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash"'
+QWEN = '"qwen3_next", "qwen3_5", "qwen3_5_text"'
+FAMILIES = f"{OTHERS}, {QWEN}, " + '"phi3"'
 """GLM-5's type (its causal LM subclasses DeepSeek's) and the families', appended after DeepSeek's own
 (see ``vllm_eagle3_patch.registry``)."""
+BESIDE_QWEN = f"{OTHERS}, " + '"phi3"'
+"""The same where the whitelist lists ``qwen``, which admits Qwen3-Next's and Qwen3.5's types."""
 
 LLAMA_ONLY = """\
 class SpeculativeConfig:
@@ -44,7 +48,7 @@ class TestSpeculativeGate(CodemodTest):
         before = WHITELIST.format(listed='["llama", "qwen"]')
         after = WHITELIST.format(
             listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", '
-            + FAMILIES
+            + BESIDE_QWEN
             + "]  # vllm-eagle3-patch"
         )
         self.assertCodemod(before, after, gated_model_types())
@@ -73,7 +77,7 @@ class TestSpeculativeGate(CodemodTest):
         after = WHITELIST.format(
             listed='[\n            "llama",\n            "qwen",\n            "deepseek_v2",\n            "deepseek_v3",\n'
             '            "deepseek_v32",\n            "kimi_k2",\n'
-            + "".join(f"            {t},\n" for t in FAMILIES.split(", "))
+            + "".join(f"            {t},\n" for t in BESIDE_QWEN.split(", "))
             + "        ]  # vllm-eagle3-patch"
         )
         self.assertCodemod(before, after, gated_model_types())

@@ -24,6 +24,8 @@ class Wrapper:
     language_model: str = "self.language_model"
     """The attribute holding the language model: the family's ``causal_lm`` (the methods are
     handed on to it), or in some releases its bare ``model`` (the methods act on it directly)."""
+    text_model_type: str = ""
+    """``hf_text_config.model_type`` of its checkpoints, which the gate judges (the text config's)."""
 
 
 @dataclass(frozen=True)

@@ -139,10 +139,25 @@ class Release:
                 return candidate
         return existing[0] if existing else None
 
+    def gate_admits(self, model_type: str) -> bool:
+        """Whether this release's EAGLE-3 gate lets ``hf_text_config.model_type`` through as it stands."""
+        source = self.read(self.gate_file) if self.gate_file else None
+        if not source or not any(sign in source for sign in GATE_SIGNS):
+            return True  # no whitelist: supports_eagle3 alone decides
+        listed = whitelisted(source)
+        if listed is None:  # 0.8.5-0.10.0: "llama" not in <model_type>, or this tool's widened test
+            return "llama" in model_type or f'"{model_type}"' in source
+        return any(entry in model_type for entry in listed)
+
     @cached_property
+    def registry(self) -> dict[str, tuple[str, str]]:
+        """The release's model registry: architecture name -> (module, class), commented-out entries excluded."""
+        return registry_entries(self.read(REGISTRY) or "")
+
+    @property
     def registered(self) -> frozenset[str]:
-        """Architecture names in the release's model registry (commented-out entries excluded)."""
-        return registered_architectures(self.read(REGISTRY) or "")
+        """Architecture names in the release's model registry."""
+        return frozenset(self.registry)
 
     @cached_property
     def lookup(self) -> Optional[Lookup]:
@@ -162,19 +177,34 @@ class Release:
         return DRAFTER_IDS_FIELD in (self.read(RUNNER) or "")
 
 
-def registered_architectures(source: str) -> frozenset[str]:
-    """Keys of the registry's dict literals mapping a name to ``(module, class)``."""
+def registry_entries(source: str) -> dict[str, tuple[str, str]]:
+    """The registry's dict literals mapping a name to ``(module, class)``."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return frozenset()
-    names = set()
+        return {}
+    entries = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str) and isinstance(value, ast.Tuple):
-                    names.add(key.value)
-    return frozenset(names)
+                    strings = [e.value for e in value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                    module, cls = (*strings, "", "")[:2]
+                    entries[key.value] = (module, cls)
+    return entries
+
+
+def whitelisted(source: str) -> Optional[list[str]]:
+    """The entries of the gate's whitelist (``eagle3_target_supported = [...]``), None where it has none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List):
+            if any(isinstance(target, ast.Name) and target.id in WHITELISTS for target in node.targets):
+                return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return None
 
 
 def module_name(path: str) -> str:

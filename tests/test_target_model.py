@@ -1,0 +1,66 @@
+"""``status --check --model``: a deployment's own model judged as vLLM's runner and gate will judge it,
+on real release trees, whatever else on the install is unpatched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_on as cli
+
+
+def check(package_dir, model: str) -> tuple[int, dict]:
+    completed = cli(package_dir, "status", "--check", "--model", model, "--json")
+    return completed.returncode, json.loads(completed.stdout)["model"]
+
+
+def test_a_native_deepseek_passes_while_other_families_are_unpatched(release):
+    """0.18.x: DeepSeek is native; a CI gate for a DeepSeek deployment must not fail for Gemma's file."""
+    package_dir = release("0.18.0")
+    assert cli(package_dir, "status", "--check").returncode == 1  # the install as a whole has work left
+    for architecture in ("DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"):
+        code, model = check(package_dir, architecture)
+        assert code == 0 and model["eagle3_target"] and "native" in model["verdict"], model
+
+
+def test_glm5_needs_the_gate_that_upstream_left_it_out_of(release):
+    """0.18-0.21's whitelist lists DeepSeek's types but not GLM-5's ``glm_moe_dsa``."""
+    package_dir = release("0.18.0")
+    code, model = check(package_dir, "GlmMoeDsaForCausalLM")
+    assert code == 1 and "gate refuses model type 'glm_moe_dsa'" in model["verdict"], model
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    assert check(package_dir, "GlmMoeDsaForCausalLM")[0] == 0
+
+
+@pytest.mark.parametrize("version", ["0.17.1"])
+def test_deepseek_before_and_after_apply_by_name_and_by_checkpoint(release, tmp_path, version):
+    package_dir = release(version)
+    checkpoint = tmp_path / "deepseek-v3"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(
+        json.dumps({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3"})
+    )
+    for model in ("DeepseekV3ForCausalLM", str(checkpoint), "GlmMoeDsaForCausalLM"):
+        code, verdict = check(package_dir, model)
+        assert code == 1 and "deepseek_v2.py is unpatched" in verdict["verdict"], verdict
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    for model in ("DeepseekV3ForCausalLM", str(checkpoint), "GlmMoeDsaForCausalLM"):
+        code, verdict = check(package_dir, model)
+        assert code == 0 and "patched" in verdict["verdict"], verdict
+
+
+def test_qwen3_next_half_native_is_patched_into_a_target(release):
+    """0.20-0.23: the decoder collects, but the causal LM lacks the protocol, so the runner refuses it."""
+    package_dir = release("0.21.0")
+    code, model = check(package_dir, "Qwen3NextForCausalLM")
+    assert code == 1 and "qwen3_next.py is unpatched" in model["verdict"], model
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    assert check(package_dir, "Qwen3NextForCausalLM")[0] == 0
+
+
+def test_models_this_tool_does_not_know_are_said_so(release):
+    package_dir = release("0.17.1")
+    code, model = check(package_dir, "MixtralForCausalLM")
+    assert code == 1 and model["module"] == "mixtral" and "not a model family this tool patches" in model["verdict"]
+    code, model = check(package_dir, "NoSuchForCausalLM")
+    assert code == 1 and "not in this vLLM's model registry" in model["verdict"]

@@ -283,3 +283,33 @@ def test_deepseek_is_judged_by_its_own_file_where_only_the_families_need_the_pat
     assert vllm["verdict"] == "ok" and "unpatched" in vllm["detail"] and not vllm["fix"], vllm
     assert finding(report, "layers")["verdict"] == "ok" and report["captured"] == [2, 30, 58]
     assert "own default" in finding(report, "layers")["detail"]
+
+
+GEMMA3_TEXT = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "model_type": "gemma3_text",
+    "hidden_size": 7168,
+    "num_hidden_layers": 26,
+    "vocab_size": 129280,
+}
+
+
+def test_every_family_is_judged_by_its_own_files_and_ids(release, checkpoints):
+    """A Gemma 3 target: refused until its file is patched, then the patched default is what vLLM captures."""
+    package_dir = release("0.18.0")
+    drafter, target = checkpoints(LLAMA_DRAFTER, GEMMA3_TEXT)
+    before = doctor(package_dir, drafter, target)
+    vllm = finding(before, "vLLM")
+    assert vllm["verdict"] == "problem" and "gemma3.py is unpatched" in vllm["detail"] and "apply" in vllm["fix"]
+    run_fix(vllm["fix"])
+    after = doctor(package_dir, drafter, target)
+    assert after["consistent"] and after["captured"] == [2, 13, 23], after
+    assert "the patched default" in finding(after, "layers")["detail"]
+
+
+def test_a_model_this_tool_does_not_patch_is_a_note_not_a_guess(release, checkpoints):
+    mixtral = {**GEMMA3_TEXT, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral"}
+    drafter, target = checkpoints(LLAMA_DRAFTER, mixtral)
+    report = doctor(release("0.17.1"), drafter, target)
+    assert finding(report, "vLLM")["verdict"] == "note"
+    assert report["captured"] is None and "its own model class chooses" in finding(report, "layers")["detail"]

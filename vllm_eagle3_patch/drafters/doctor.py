@@ -30,6 +30,7 @@ from .drafter_config import (
     read_config,
     tensor_shapes,
 )
+from .target_model import TargetModel, target_model_of
 
 LLAMA_DRAFTER = "Eagle3LlamaForCausalLM"
 NATIVE_MLA_DRAFTERS = "vllm>=0.18.0"
@@ -88,12 +89,11 @@ class Context:
         return self.target.number("num_hidden_layers") if self.target else None
 
     @property
-    def deepseek_target(self) -> Optional[bool]:
-        """None: no target given."""
+    def model(self) -> Optional[TargetModel]:
+        """The target as the runner will hold it on this install (None: no target given)."""
         if self.target is None:
             return None
-        model_type = str(self.target.text.get("model_type", ""))
-        return model_type.startswith(("deepseek", "kimi_k2"))
+        return target_model_of(self.plan, self.target.architecture or "", self.target)
 
 
 def diagnose(plan: Plan, drafter: Path, target: Optional[Path], command: str) -> Diagnosis:
@@ -133,12 +133,19 @@ def deepseek_state(plan: Plan) -> State:
 
 
 def release_finding(context: Context) -> Finding:
-    plan, command, state = context.plan, context.command, deepseek_state(context.plan)
+    plan, command, model = context.plan, context.command, context.model
     where = f"vLLM {context.version} ({plan.state.value})"
+    if model is not None and model.family is not None and plan.state is not State.MODIFIED:
+        if model.ready:
+            return Finding("vLLM", Assessment.OK, f"{where}: {model.verdict()}")
+        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {model.verdict()}", f"{command} apply")
+    if model is not None and model.family is None:
+        return Finding("vLLM", Assessment.NOTE, f"{where}: {model.verdict()}: its own model class decides")
+    state = deepseek_state(plan)
     if state in (State.PATCHED, State.NATIVE):
         return Finding("vLLM", Assessment.OK, f"{where}: DeepSeek-family targets have EAGLE-3")
     if state is State.UNPATCHED:
-        verdict = Assessment.NOTE if context.deepseek_target is False else Assessment.PROBLEM
+        verdict = Assessment.PROBLEM
         detail = f"{where}: a DeepSeek-family target is refused (speculative gate, or no SupportsEagle3)"
         return Finding("vLLM", verdict, detail, f"{command} apply")
     if plan.state is State.MODIFIED:
@@ -283,17 +290,30 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
         return found.ids, f"the drafter's top-level ids, which vLLM {context.version} reads"
     if n is None:
         return None, "needs the target's num_hidden_layers"
-    if context.deepseek_target is False:
-        return None, "the target is not DeepSeek-family: its own model class chooses"
-    if deepseek_state(plan) is State.NATIVE:
+    model = context.model
+    if model is not None and model.family is None:
+        return None, "the target is not a model family this tool patches: its own model class chooses"
+    state = _model_state(model) if model is not None else deepseek_state(plan)
+    if state is State.NATIVE:
         return layer_ids.upstream_default(n), "vLLM's own default (2, n // 2, n - 3)"
-    if plan.state is State.PATCHED and plan.options.aux_layers is not None:
+    if state is State.PATCHED and plan.options.aux_layers is not None:
         return plan.options.aux_layers, "baked in by apply --aux-layers"
-    if plan.state is State.PATCHED:
+    if state is State.PATCHED:
         return layer_ids.patched_default(n), "the patched default"
-    if plan.state is State.UNPATCHED:
+    if state is State.UNPATCHED:
         return layer_ids.patched_default(n), "the patched default, once applied"
     return None, f"vLLM {context.version} is {plan.state.value}"
+
+
+def _model_state(model: TargetModel) -> State:
+    """Native where every file on the model's path is; else the least finished of them."""
+    states = {f.state for f in model.files if f.family is not None}
+    if states == {State.NATIVE}:
+        return State.NATIVE
+    for state in (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED):
+        if state in states:
+            return state
+    return State.UNSUPPORTED
 
 
 def expected_layers(context: Context) -> Optional[tuple[int, ...]]:

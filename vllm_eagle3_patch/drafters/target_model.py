@@ -9,7 +9,7 @@ a deployment's own model, whatever else on the install is unpatched, and ``docto
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from ..codemod.family import Family
@@ -67,10 +67,18 @@ class TargetModel:
 def target_model(plan: Plan, model: str) -> TargetModel:
     """``model``: an architecture name, or a checkpoint directory (or its config.json) naming one."""
     config = read_config(Path(model), "target") if Path(model).exists() else None
-    architecture = _architecture(model, config)
+    return target_model_of(plan, _architecture(model, config), config)
+
+
+def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:
+    """The model the registry serves ``architecture`` with; a checkpoint's model type where the
+    release does not register its architecture (a multimodal class older releases lack)."""
     entry = plan.release.registry.get(architecture)
     module = entry[0] if entry else None
     family, wrapper = _family_of(module)
+    if family is None and config is not None:
+        family = _family_of_type(str(config.text.get("model_type", "")))
+        module = PurePosixPath(family.path).stem if family else module
     if family is None:
         return TargetModel(architecture, module, None, ())
     paths = {family.path}
@@ -101,6 +109,10 @@ def _architecture(model: str, config: Optional[ModelConfig]) -> str:
     if config.architecture is None:
         raise ToolError(f"{config.path}: no architectures list to tell which model class vLLM serves it with")
     return config.architecture
+
+
+def _family_of_type(model_type: str) -> Optional[Family]:
+    return next((family for family in FAMILIES if model_type in family.model_types), None)
 
 
 def _family_of(module: Optional[str]) -> tuple[Optional[Family], bool]:

@@ -91,7 +91,7 @@ class WrapperTarget(SingleFileTarget):
         assert family.wrapper is not None, f"{family.name} has no multimodal wrapper"
         self.family = family
         self.wrapper = family.wrapper
-        self.name = f"{family.name} multimodal wrapper"
+        self.name = f"{family.wrapper.name} wrapper" if family.wrapper.name else f"{family.name} multimodal wrapper"
         self.path = family.wrapper.path
         self.policy = family.wrapper_policy
         self.serves = family.name

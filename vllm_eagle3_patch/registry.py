@@ -26,7 +26,9 @@ DEEPSEEK_V2 = Family(
     # Kimi-K2.5 (0.15.0+): the runner holds the wrapper, whose language model is DeepSeek-V3
     # (a bare DeepseekV2Model in 0.15.x, a DeepseekV2ForCausalLM from 0.16.0); its text config
     # is a DeepseekV3Config, which the gate knows as deepseek_v3
-    wrapper=Wrapper(f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration", text_model_type="deepseek_v3"),
+    wrapper=Wrapper(
+        f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration", "Kimi-K2.5", text_model_type="deepseek_v3"
+    ),
     policy=Policy.REQUIRED,
 )
 GLM4_MOE = Family("GLM-4.5 MoE", f"{MODELS}/glm4_moe.py", "Glm4MoeModel", "Glm4MoeForCausalLM", ("glm4_moe",))
@@ -36,7 +38,9 @@ GEMMA3 = Family(
     "Gemma3Model",
     "Gemma3ForCausalLM",
     ("gemma3", "gemma3_text"),
-    wrapper=Wrapper(f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration", text_model_type="gemma3_text"),
+    wrapper=Wrapper(
+        f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration", "Gemma 3 multimodal", text_model_type="gemma3_text"
+    ),
 )
 BAILING_MOE = Family(
     "Ling (Bailing MoE)", f"{MODELS}/bailing_moe.py", "BailingMoeModel", "BailingMoeForCausalLM", ("bailing_moe",)

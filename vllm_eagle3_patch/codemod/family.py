@@ -21,6 +21,8 @@ class Wrapper:
     path: str
     """Relative to ``vllm/``."""
     cls: str
+    name: str = ""
+    """For people: the checkpoints it serves (``Kimi-K2.5``)."""
     language_model: str = "self.language_model"
     """The attribute holding the language model: the family's ``causal_lm`` (the methods are
     handed on to it), or in some releases its bare ``model`` (the methods act on it directly)."""

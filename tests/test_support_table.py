@@ -1,0 +1,16 @@
+"""The committed support tables are what the tool itself says of every release in the corpus."""
+
+from __future__ import annotations
+
+import support_table
+
+
+def test_the_committed_tables_are_the_tools_own_verdicts():
+    for path, text in support_table.rendered().items():
+        assert path.read_text() == text, f"{path.name} is stale: run python tests/support_table.py --write"
+
+
+def test_a_release_range_is_a_run_of_corpus_releases():
+    releases = ["0.8.5", "0.9.0", "0.10.0", "0.17.1", "0.18.0"]
+    assert support_table.ranges(releases, ["0.8.5", "0.9.0", "0.17.1"]) == "0.8.5 - 0.9.0, 0.17.1"
+    assert support_table.ranges(releases, []) == "-"

@@ -218,8 +218,14 @@ def test_kimi_named_outside_load_model_is_not_native():
             PROPOSER.replace("def propose(self, tokens):", "def propose(self, tokens:"),
             "not valid Python",
         ),
+        (
+            PROPOSER.replace(
+                'self.get_model_name(target) in ("ScribbleVL", "DoodleVL")', '"Vision" in self.get_model_name(target)'
+            ),
+            "a comparison of the target's model",
+        ),
     ],
-    ids=["else-does-more", "two-chains", "not-equal", "syntax-error"],
+    ids=["else-does-more", "two-chains", "not-equal", "syntax-error", "substring-test"],
 )
 def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
     """A shape the codemod does not know is refused, saying what it missed, and never written."""

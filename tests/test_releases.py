@@ -13,6 +13,8 @@ from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPP
 from vllm_eagle3_patch.codemod.target import Policy
 from vllm_eagle3_patch.registry import FAMILIES
 
+pytestmark = pytest.mark.matrix  # every release of the corpus, each with its inner suite: the full command's
+
 
 def status(package_dir) -> dict:
     completed = run_cli("--vllm-dir", str(package_dir), "status", "--json")

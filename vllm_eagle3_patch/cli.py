@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence
 from . import PROG, __version__, changes, render
 from .codemod.target import Options, State
 from .drafters import doctor, drafter_config
+from .drafters.architectures import architecture_verdicts
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids
 from .errors import ToolError
@@ -69,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="show the vLLM found and the state of every target file")
     status.add_argument("--check", action="store_true", help="exit 1 unless the state is patched or native")
+    status.add_argument(
+        "--architectures",
+        action="store_true",
+        help="also judge every text-generation architecture the release registers, as its runner will "
+        "(native, patchable, patched, or refused with the reason)",
+    )
     status.add_argument(
         "--model",
         metavar="ARCH|DIR",
@@ -220,10 +227,16 @@ def find_install(args: argparse.Namespace) -> VllmInstall:
 def run_status(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), states_only=True)
     model = target_model(plan, args.model) if args.model else None
+    architectures = architecture_verdicts(plan) if args.architectures else None
     if args.json:
-        emit_json({**render.status_data(plan), **({"model": render.model_data(model)} if model else {})})
+        extra = {"model": render.model_data(model)} if model else {}
+        if architectures is not None:
+            extra["architectures"] = [vars(verdict) for verdict in architectures]
+        emit_json({**render.status_data(plan), **extra})
     elif not args.quiet:
         render.print_status(plan)
+        if architectures is not None:
+            render.print_architectures(architectures)
         if model is not None:
             print(f"model: {model.verdict()}")
     if model is not None:

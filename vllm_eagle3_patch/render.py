@@ -11,6 +11,7 @@ import sys
 from typing import Any, Iterator, Optional, TextIO
 
 from .codemod.target import Options, State
+from .drafters.architectures import VERDICTS, ArchitectureVerdict
 from .drafters.target_model import TargetModel
 from .install.record import RecordCheck
 from .plan import Plan
@@ -76,6 +77,16 @@ def model_data(model: TargetModel) -> dict[str, Any]:
         "verdict": model.verdict(),
         "files": {f.path: f.state.value for f in model.files},
     }
+
+
+def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sys.stdout) -> None:
+    """One line per registered architecture, then the count of each verdict."""
+    width = max(len(v.architecture) for v in verdicts)
+    stream.write("architectures (the release's text-generation registry, as its runner judges them):\n")
+    for verdict in verdicts:
+        stream.write(f"  {verdict.verdict:<10} {verdict.architecture:<{width}}  {verdict.reason}\n")
+    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in VERDICTS}
+    stream.write("  " + ", ".join(f"{count} {kind}" for kind, count in counts.items()) + f" of {len(verdicts)}\n")
 
 
 def originals_line(plan: Plan) -> str:

@@ -154,6 +154,16 @@ class Release:
         """The release's model registry: architecture name -> (module, class), commented-out entries excluded."""
         return registry_entries(self.read(REGISTRY) or "")
 
+    @cached_property
+    def text_generation_models(self) -> dict[str, tuple[str, str]]:
+        """``_TEXT_GENERATION_MODELS``: the decoder architectures the runner may hold."""
+        return registry_entries(self.read(REGISTRY) or "", "_TEXT_GENERATION_MODELS")
+
+    @cached_property
+    def multimodal_models(self) -> dict[str, tuple[str, str]]:
+        """``_MULTIMODAL_MODELS``: wrappers whose language model may be a registered decoder."""
+        return registry_entries(self.read(REGISTRY) or "", "_MULTIMODAL_MODELS")
+
     @property
     def registered(self) -> frozenset[str]:
         """Architecture names in the release's model registry."""
@@ -177,12 +187,15 @@ class Release:
         return DRAFTER_IDS_FIELD in (self.read(RUNNER) or "")
 
 
-def registry_entries(source: str) -> dict[str, tuple[str, str]]:
-    """The registry's dict literals mapping a name to ``(module, class)``."""
+def registry_entries(source: str, only: Optional[str] = None) -> dict[str, tuple[str, str]]:
+    """The registry's dict literals mapping a name to ``(module, class)`` (``only``: the one assigned to that name)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return {}
+    if only is not None:
+        assigned = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and _assigns(n, only)]
+        tree = ast.Module(body=[ast.Expr(value) for value in assigned], type_ignores=[])
     entries = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
@@ -192,6 +205,10 @@ def registry_entries(source: str) -> dict[str, tuple[str, str]]:
                     module, cls = (*strings, "", "")[:2]
                     entries[key.value] = (module, cls)
     return entries
+
+
+def _assigns(node: ast.Assign, name: str) -> bool:
+    return any(isinstance(target, ast.Name) and target.id == name for target in node.targets)
 
 
 def whitelisted(source: str) -> Optional[list[str]]:

@@ -1,0 +1,62 @@
+"""Every text-generation architecture a release registers gets a verdict, judged as its runner judges it:
+the class the registry names, its bases resolved through the real wheels' own imports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_on as cli
+
+from vllm_eagle3_patch.drafters.architectures import VERDICTS
+
+
+def verdicts(package_dir) -> dict[str, dict]:
+    completed = cli(package_dir, "status", "--architectures", "--json")
+    assert completed.returncode == 0, completed.stderr
+    return {v["architecture"]: v for v in json.loads(completed.stdout)["architectures"]}
+
+
+@pytest.mark.parametrize(
+    ("version", "registered", "native"), [("0.17.1", 130, 31), ("0.21.0", 145, 43), ("0.33.0", 124, 53)]
+)
+def test_every_registered_architecture_is_native_patchable_or_refused_with_a_reason(
+    release, version, registered, native
+):
+    """The counts of 0.21.0 and 0.33.0 are those measured independently from the wheels (43 and 53 native)."""
+    found = verdicts(release(version))
+    assert len(found) == registered
+    assert all(v["verdict"] in VERDICTS and v["reason"] for v in found.values())
+    assert sum(v["verdict"] == "native" for v in found.values()) == native
+
+
+def test_inheritance_across_files_and_the_families(release):
+    found = verdicts(release("0.17.1"))
+    assert found["LlamaForCausalLM"]["verdict"] == "native"
+    assert found["Phi3ForCausalLM"]["verdict"] == "native"  # Phi3ForCausalLM(LlamaForCausalLM), in phi3.py
+    assert (
+        found["MixtralForCausalLM"]["verdict"] == "refused"
+        and "lacks SupportsEagle3" in found["MixtralForCausalLM"]["reason"]
+    )
+    for architecture in ("DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM", "Gemma3ForCausalLM", "Qwen3NextForCausalLM"):
+        assert found[architecture]["verdict"] == "patchable", found[architecture]
+
+
+def test_apply_turns_the_patchable_into_patched(release):
+    package_dir = release("0.17.1")
+    before = verdicts(package_dir)
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    after = verdicts(package_dir)
+    patchable = {a for a, v in before.items() if v["verdict"] == "patchable"}
+    assert patchable and {a for a, v in after.items() if v["verdict"] == "patched"} == patchable
+
+
+def test_a_half_native_causal_lm_is_patchable_not_native(release):
+    """Qwen3-Next on 0.21.0: its decoder collects, its causal LM lacks the protocol the runner checks."""
+    assert verdicts(release("0.21.0"))["Qwen3NextForCausalLM"]["verdict"] == "patchable"
+
+
+def test_a_platform_package_is_followed_to_the_class_it_exports(release):
+    """0.33.0 registers ``vllm.models.deepseek_v32``, a package importing the class per platform."""
+    found = verdicts(release("0.33.0"))
+    assert found["DeepseekV32ForCausalLM"]["verdict"] == "native", found["DeepseekV32ForCausalLM"]

@@ -71,8 +71,11 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 
-FAMILY_FILES = {f.path for f in FAMILIES if f.policy is not Policy.REQUIRED} | {
-    f.wrapper.path for f in FAMILIES if f.wrapper
+FAMILY_FILES = {
+    path
+    for f in FAMILIES
+    if f.policy is not Policy.REQUIRED
+    for path in (f.path, *([f.wrapper.path] if f.wrapper else []))
 }
 NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"

@@ -5,9 +5,11 @@ Each test names the defect it guards against; each failed before the fix.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import py_compile
+import re
 import stat
 import subprocess
 import sys
@@ -265,3 +267,28 @@ def test_the_demo_touches_nothing_outside_tmp(tmp_path):
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     assert "patched 12 file(s)" in completed.stdout and "they match its RECORD" in completed.stdout
     assert not (tmp_path / "cache" / "vllm-eagle3-patch").exists()
+
+
+# --------------------------------------------------------------------------- 7. verify --engine shows its steps
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_engine_steps_are_shown_on_a_terminal_and_nowhere_else():
+    """``verify --engine`` takes minutes on a CPU: on a terminal each step says what it is and how long it took."""
+    from vllm_eagle3_patch import render
+
+    assert render.step_reporter(io.StringIO()) is None  # piped or captured: nothing but the result
+    terminal = Terminal()
+    step = render.step_reporter(terminal)
+    with step("building the tiny target and drafters"):
+        pass
+    with step("engine run 1/3: without a drafter (compiled)"):
+        pass
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", terminal.getvalue())  # the spinner's cursor moves
+    lines = [line for line in shown.splitlines() if line.startswith("[")]
+    assert len(lines) == 2 and "building the tiny target and drafters: 0 s" in lines[0], terminal.getvalue()
+    assert "engine run 1/3" in lines[1]

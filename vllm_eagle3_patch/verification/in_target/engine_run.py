@@ -92,10 +92,11 @@ def _ids_from_vllm(num_layers: int) -> tuple[int, ...] | None:
 
 
 def preload_for_the_cpu_worker() -> str | None:
-    """Re-run this process with the libraries the CPU worker checks ``LD_PRELOAD`` for (tcmalloc, Intel
-    OpenMP), as vLLM's CPU install guide has users set it; where one is missing, say which, in one line."""
+    """Re-run this process with the libraries the CPU worker insists on finding in ``LD_PRELOAD``
+    (tcmalloc, Intel OpenMP: 0.18-0.19 raise without them; later releases only warn, and are left as
+    they are), as vLLM's CPU install guide has users set it; where one is missing, say which, in one line."""
     worker = _vllm_source("v1/worker/cpu_worker.py")
-    if "check_preloaded_libs" not in worker or Path("/dev/nvidiactl").exists():
+    if not _refuses_without_preloads(worker) or Path("/dev/nvidiactl").exists():
         return None
     preload = os.environ.get("LD_PRELOAD", "")
     needed = [name for name in PRELOADS if f'"{name}"' in worker and name not in preload]
@@ -116,6 +117,18 @@ _hints = {
     "libtcmalloc": "apt-get install libtcmalloc-minimal4, or your system's gperftools",
     "libiomp": f"{sys.executable} -m pip install intel-openmp",
 }
+
+
+def _refuses_without_preloads(worker: str) -> bool:
+    """Whether the worker's ``check_preloaded_libs`` raises (0.18-0.19) rather than warns (later)."""
+    import ast
+
+    try:
+        tree = ast.parse(worker)
+    except SyntaxError:
+        return False
+    checks = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "check_preloaded_libs"]
+    return any(isinstance(node, ast.Raise) for check in checks for node in ast.walk(check))
 
 
 def _library(names: tuple[str, ...]) -> Path | None:

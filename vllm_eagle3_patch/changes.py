@@ -23,7 +23,7 @@ from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .plan import Plan, make_plan
+from .plan import Plan, make_plan, telling_first
 
 LOCK_WAIT_SECONDS = 10.0
 
@@ -239,5 +239,5 @@ def _restore_manifest(state_dir: StateDir, previous: Optional[Manifest]) -> None
 
 
 def _first(plan: Plan, state: State) -> str:
-    found = min((f for f in plan.files if f.state is state), key=lambda f: f.optional)  # a blocking file first
+    found = min((f for f in plan.files if f.state is state), key=telling_first)
     return f"{found.path}: {found.reason}"

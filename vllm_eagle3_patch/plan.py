@@ -277,7 +277,8 @@ def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
         if not matching:
             continue
         if state in (State.UNSUPPORTED, State.MODIFIED):
-            return state, f"{matching[0].path}: {matching[0].reason}"
+            first = min(matching, key=telling_first)
+            return state, f"{first.path}: {first.reason}"
         if state is State.NATIVE:
             return state, f"this vLLM supports EAGLE-3 itself for {_families(matching)}"
         done = "can be applied" if state is State.UNPATCHED else f"applied by vllm-eagle3-patch {__version__}"
@@ -285,6 +286,12 @@ def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
         native = [f for f in files if f.state is State.NATIVE and f.family]
         return state, reason + (f"; native for {_families(native)}" if native else "")
     raise ToolError("no target files")
+
+
+def telling_first(file: FilePlan) -> tuple[bool, bool]:
+    """The order in which to name a blocking file: one that blocks before one left alone, a model's
+    file (DeepSeek's, the tool's first purpose) before the gate or the proposer."""
+    return file.optional, file.family is None
 
 
 def _families(files: Iterable[FilePlan]) -> str:

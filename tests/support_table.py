@@ -76,9 +76,8 @@ def family_rows(table: dict[str, dict[str, State]]) -> list[tuple[str, str, str]
     rows = []
     for family in FAMILIES:
         files = [family.path, *([family.wrapper.path] if family.wrapper else [])]
-        for path, name in zip(
-            files, (family.name, f"{family.name} multimodal ({family.wrapper.cls})" if family.wrapper else "")
-        ):
+        names = (family.name, family.wrapper.name if family.wrapper else "")
+        for path, name in zip(files, names):
             patched = [r for r in releases if table[r].get(path) is State.UNPATCHED]
             native = [r for r in releases if table[r].get(path) is State.NATIVE]
             native_text = ranges(releases, native) if native else f"not native up to {releases[-1]}"

@@ -35,6 +35,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     assigned,
     cst,
     find,
+    find_statements,
     has_method,
     is_attribute,
     is_name,
@@ -46,6 +47,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     names_in,
     only,
     replace_child,
+    replace_node,
     sole_statement,
     statements,
     top_level_class,
@@ -104,7 +106,7 @@ class DecoderEagle3:
         upstream's ``EagleModelMixin`` decoder already collects global ids (then only the causal LM
         lacks the protocol: Qwen3-Next on 0.20-0.23)."""
         if _collects_global_ids(model):
-            return model
+            return self.patch_collecting_model(model, tree)
         init = method(model, "__init__")
         new_model = model
         if not _sets_aux_layers(init):
@@ -117,6 +119,16 @@ class DecoderEagle3:
             forward = method(model, "forward")
             new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
         return new_model
+
+    def patch_collecting_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
+        """Upstream's collecting decoder, kept but for two things that make its ids this tool's:
+        ``__init__`` sets the empty ids on the instance, and the capture before the loop names the
+        stage's first layer by its global id (``self.start_layer``, 0 on the first rank) instead of 0,
+        so a later pipeline stage captures the residual stream entering it under its own id."""
+        init = method(model, "__init__")
+        new_model = model if _sets_aux_layers(init) else replace_child(model, init, self.patch_init(init, tree))
+        forward = method(new_model, "forward")
+        return replace_child(new_model, forward, _start_at_the_stage(forward, model.name.value))
 
     def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
@@ -214,6 +226,24 @@ def _collects_global_ids(model: cst.ClassDef) -> bool:
             "self._maybe_add_hidden_state in a loop enumerated from self.start_layer"
         )
     return True
+
+
+def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef:
+    """``self._maybe_add_hidden_state([], 0, ...)`` before the loop -> ``(..., self.start_layer, ...)``."""
+
+    def first_capture(line: cst.SimpleStatementLine) -> bool:
+        calls = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
+        return len(calls) == 1 and len(calls[0].args) >= 2 and isinstance(calls[0].args[1].value, cst.Integer)
+
+    line = only(
+        find_statements(forward, cst.SimpleStatementLine, first_capture), f"the id-0 capture before {model}'s loop"
+    )
+    (call,) = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
+    if call.args[1].value.value != "0":  # type: ignore[attr-defined]
+        raise Unrecognised(f"expected {model}.forward to capture id 0 before its loop")
+    start = call.args[1].with_changes(value=cst.parse_expression("self.start_layer"))
+    new_call = call.with_changes(args=[call.args[0], start, *call.args[2:]])
+    return replace_node(forward, line, mark_line(replace_node(line, call, new_call)))
 
 
 def _sets_aux_layers(init: cst.FunctionDef) -> bool:

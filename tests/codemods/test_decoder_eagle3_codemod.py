@@ -327,12 +327,27 @@ MIXIN_SOURCE = source(loop=MIXIN_LOOP).replace(
 
 def test_a_collecting_mixin_decoder_keeps_its_forward_and_the_causal_lm_gets_the_rest():
     """Half native: the runner refuses the causal LM, so it gains the protocol and both methods; the
-    decoder's own capture (global ids 0..n, this tool's semantics) is left as it is."""
+    decoder keeps upstream's capture, its ids made global on every stage (the capture before the loop
+    names the stage's first layer, ``self.start_layer``, not 0) and set by ``__init__`` as everywhere."""
     patched = DecoderTarget(TOY).examine(MIXIN_SOURCE, reader(runner=MIXIN_RUNNER), Options()).patched
     model_part, causal_lm_part = patched.split("class ToyForCausalLM")
-    assert model_part == MIXIN_SOURCE.split("class ToyForCausalLM")[0].replace(
-        "from .interfaces import SupportsPP", "from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch"
+    expected = (
+        MIXIN_SOURCE.split("class ToyForCausalLM")[0]
+        .replace(
+            "from .interfaces import SupportsPP",
+            "from .interfaces import SupportsPP, SupportsEagle3  # vllm-eagle3-patch",
+        )
+        .replace(
+            "        self.layers = make_layers(config)\n",
+            "        self.layers = make_layers(config)\n"
+            "        self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch\n",
+        )
+        .replace(
+            "self._maybe_add_hidden_state([], 0, hidden_states, residual)\n",
+            "self._maybe_add_hidden_state([], self.start_layer, hidden_states, residual)  # vllm-eagle3-patch\n",
+        )
     )
+    assert model_part == expected
     assert "SupportsEagle3):  # vllm-eagle3-patch" in causal_lm_part
     assert f"def {DEFAULT_GETTER}(self) -> tuple[int, ...]:  # vllm-eagle3-patch" in causal_lm_part
     assert "self.model.aux_hidden_state_layers = layers" not in causal_lm_part  # through the decoder variable:

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 from typing import Optional
 
-from .release import GETTERS, MIXIN, PROTOCOL, ReadFile
+from .release import GETTERS, PROTOCOL, ReadFile
 
 MODELS = "model_executor.models"
 """Where the registry's bare module names live (``llama``); newer registries also name ``vllm.models.x``."""
@@ -46,10 +46,6 @@ class Chain:
         return PROTOCOL in self.base_names or (
             "set_aux_hidden_state_layers" in methods and bool(methods & set(GETTERS))
         )
-
-    @property
-    def collects_upstream(self) -> bool:
-        return MIXIN in self.base_names
 
     def includes(self, module: str, name: str) -> bool:
         return any(cls.module == module and cls.name == name for cls in self.classes)

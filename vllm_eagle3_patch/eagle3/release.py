@@ -159,11 +159,6 @@ class Release:
         """``_TEXT_GENERATION_MODELS``: the decoder architectures the runner may hold."""
         return registry_entries(self.read(REGISTRY) or "", "_TEXT_GENERATION_MODELS")
 
-    @cached_property
-    def multimodal_models(self) -> dict[str, tuple[str, str]]:
-        """``_MULTIMODAL_MODELS``: wrappers whose language model may be a registered decoder."""
-        return registry_entries(self.read(REGISTRY) or "", "_MULTIMODAL_MODELS")
-
     @property
     def registered(self) -> frozenset[str]:
         """Architecture names in the release's model registry."""

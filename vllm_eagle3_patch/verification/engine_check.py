@@ -38,10 +38,12 @@ Step = Callable[[str], ContextManager[None]]
 
 
 def engine_checks(
-    plan: Plan, python: str, eager: bool = False, step: Step = lambda name: nullcontext()
+    plan: Plan, python: str, eager: bool = False, step: Optional[Step] = None
 ) -> tuple[tuple[Check, ...], dict[str, Any]]:
     """The checks, and the runs behind them (for ``--json``).  ``eager``: without torch.compile
-    (and CUDA graphs); by default vLLM runs as it runs for users, compiled."""
+    (and CUDA graphs); by default vLLM runs as it runs for users, compiled.  ``step``: shows each
+    step to the user (None: nothing shown)."""
+    step = step or (lambda name: nullcontext())
     with tempfile.TemporaryDirectory(prefix="vllm-eagle3-patch-engine-") as tmp:
         models = Path(tmp)
         layers = max(LAYERS, max(plan.options.aux_layers or (0,)) + 1)

@@ -59,7 +59,7 @@ def verify(
         return Report(static + dynamic, imported=True)
     from .engine_check import engine_checks  # here: it is only needed with --engine (and reads more)
 
-    checks, runs = engine_checks(plan, python, eager, step) if step else engine_checks(plan, python, eager)
+    checks, runs = engine_checks(plan, python, eager, step)
     return Report(static + dynamic + checks, imported=True, engine=runs)
 
 

@@ -119,6 +119,8 @@ def _write_patches(plan: Plan) -> Outcome:
         _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
     for path, original in backups:
         state_dir.save_backup(path, original)
+    for change in plan.changes:  # with the backups, before the manifest: the installer's bytecode
+        state_dir.save_bytecode(change.path)
     state_dir.save(
         Manifest(
             tool_version=__version__,
@@ -128,8 +130,6 @@ def _write_patches(plan: Plan) -> Outcome:
         )
     )
     changes = plan.changes
-    for change in changes:
-        state_dir.save_bytecode(change.path)
     _replace_all(
         plan.install.package_dir,
         [(c.path, c.desired, c.current) for c in changes],  # type: ignore[misc]

@@ -75,6 +75,20 @@ class Loop:
     """The name the layer is bound to (``layer``)."""
     global_id: Optional[str]
     """The name already holding the global layer id (range form), or None: enumerate it."""
+    layers: str = "layers"
+    """The attribute holding the decoder layers (``layers``; ``h`` and ``blocks`` in GPT-2-style models)."""
+    pipelined: bool = True
+    """Whether the loop runs this pipeline stage's layers (``self.start_layer`` to ``self.end_layer``);
+    a model without pipeline parallelism runs all of them, and its ids count from 0."""
+
+    @property
+    def start(self) -> str:
+        return "self.start_layer" if self.pipelined else "0"
+
+    @property
+    def end(self) -> str:
+        """The id after the stage's last layer: the last layer's output is captured under it."""
+        return "self.end_layer" if self.pipelined else f"len(self.{self.layers})"
 
 
 @dataclass(frozen=True)
@@ -90,12 +104,16 @@ class DecoderEagle3:
     protocol: bool = True
     aux_layers: Optional[tuple[int, ...]] = None
     getter: str = GETTER
+    with_model: bool = True
+    """False where another family of the same file holds the same model and has patched it already."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
+        stack = self.layer_stack(model)
+        if self.with_model:
+            tree = replace_child(tree, model, self.patch_model(model, tree))
         causal_lm = top_level_class(tree, self.family.causal_lm)
-        tree = replace_child(tree, model, self.patch_model(model, tree))
-        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, tree))
+        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, stack, tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         return tree
@@ -107,6 +125,10 @@ class DecoderEagle3:
         lacks the protocol: Qwen3-Next on 0.20-0.23)."""
         if _collects_global_ids(model):
             return self.patch_collecting_model(model, tree)
+        if self.family.runs_upstream_capture:
+            if has_method(model, "forward"):
+                raise Unrecognised(f"expected {model.name.value} to run its base's forward, not its own")
+            return model
         init = method(model, "__init__")
         new_model = model
         if not _sets_aux_layers(init):
@@ -117,7 +139,7 @@ class DecoderEagle3:
             _require_inherited_forward(model, self.family.forward_from.model)
         else:
             forward = method(model, "forward")
-            new_model = replace_child(new_model, forward, self.patch_forward(forward, tree))
+            new_model = replace_child(new_model, forward, self.patch_forward(forward, tree, _is_staged(model)))
         return new_model
 
     def patch_collecting_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
@@ -134,25 +156,25 @@ class DecoderEagle3:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
         return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
 
-    def patch_forward(self, forward: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
+    def patch_forward(self, forward: cst.FunctionDef, tree: cst.Module, staged: bool = True) -> cst.FunctionDef:
         model = self.family.model
         body = list(forward.body.body)
-        loop = _decoder_loop(body, model)
-        hidden, residual = _layer_call_names(loop, model)
-        state = f"{hidden} if {residual} is None else {hidden} + {residual}"
+        loop = _decoder_loop(body, model, staged)
+        state = _residual_stream(loop, model)
         collected = _upstream_capture(loop)
         if collected is not None:
             return self.capture_last_too(forward, loop, collected, state, tree)
         taken = names_in(forward) & {AUX, INDEX, WANTED}
         if taken:
             raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
-        norm_at = _norm_call_index(body, loop.at, model)
+        norm_at = _final_norm_index(body, loop.at, model)
+        last = len(body) - 1  # the final return, which may itself call the norm
         returned = _final_return(body, model)
         index = loop.global_id or INDEX
 
         collect, wanted = statements(f"{AUX} = []\n{WANTED} = self.aux_hidden_state_layers\n", tree)
         (capture,) = statements(f"if {index} in {WANTED}:\n    {AUX}.append({state})\n", tree)
-        (capture_last,) = statements(f"if self.end_layer in {WANTED}:\n    {AUX}.append({state})\n", tree)
+        (capture_last,) = statements(f"if {loop.end} in {WANTED}:\n    {AUX}.append({state})\n", tree)
         (early_return,) = statements(f"if {AUX}:\n    return {returned}, {AUX}\n", tree)
 
         new_body = [
@@ -162,9 +184,8 @@ class DecoderEagle3:
             self.capture_in_loop(loop, capture),
             *body[loop.at + 1 : norm_at],
             _move_leading_lines(body[norm_at], mark(capture_last)),
-            body[norm_at].with_changes(leading_lines=()),
-            *body[norm_at + 1 : -1],
-            _move_leading_lines(body[-1], mark(early_return)),
+            *([body[norm_at].with_changes(leading_lines=()), *body[norm_at + 1 : -1]] if norm_at < last else []),
+            _move_leading_lines(body[-1], mark(early_return)) if norm_at < last else mark(early_return),
             body[-1].with_changes(leading_lines=()),
         ]
         return forward.with_changes(body=forward.body.with_changes(body=new_body))
@@ -176,9 +197,9 @@ class DecoderEagle3:
         ``collected`` (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods): add id
         ``end_layer``, the last layer's pre-norm output, so every family takes the same ids."""
         body = list(forward.body.body)
-        norm_at = _norm_call_index(body, loop.at, self.family.model)
+        norm_at = _final_norm_index(body, loop.at, self.family.model)
         (capture_last,) = statements(
-            f"if self.end_layer in self.aux_hidden_state_layers:\n    {collected}.append({state})\n", tree
+            f"if {loop.end} in self.aux_hidden_state_layers:\n    {collected}.append({state})\n", tree
         )
         new_body = [
             *body[:norm_at],
@@ -197,18 +218,29 @@ class DecoderEagle3:
             return node.with_changes(body=body)
         no_space = cst.SimpleWhitespace("")
         start = cst.Arg(
-            cst.parse_expression("self.start_layer"),
+            cst.parse_expression(loop.start),
             keyword=cst.Name("start"),
             equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space),
         )
-        numbered = cst.Call(cst.Name("enumerate"), args=[cst.Arg(node.iter), start])
-        target = cst.Tuple([cst.Element(cst.Name(INDEX)), cst.Element(node.target)], lpar=[], rpar=[])
+        numbered = cst.Call(cst.Name("enumerate"), args=[cst.Arg(node.iter), *([start] if loop.pipelined else [])])
+        inner = node.target
+        if isinstance(inner, cst.Tuple) and not inner.lpar:  # for i, layer in enumerate(...): a nested pair
+            inner = inner.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        target = cst.Tuple([cst.Element(cst.Name(INDEX)), cst.Element(inner)], lpar=[], rpar=[])
         return node.with_changes(target=target, iter=numbered, body=mark_header(body))
 
-    def patch_causal_lm(self, causal_lm: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
-        if self.protocol:
+    def layer_stack(self, model: cst.ClassDef) -> tuple[str, bool]:
+        """``(attribute of the layers, pipelined)`` of the model's loop, for the causal LM's methods."""
+        if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
+            return "layers", True
+        loop = _decoder_loop(list(method(model, "forward").body.body), self.family.model, _is_staged(model))
+        return loop.layers, loop.pipelined
+
+    def patch_causal_lm(self, causal_lm: cst.ClassDef, stack: tuple[str, bool], tree: cst.Module) -> cst.ClassDef:
+        if self.protocol and not any(is_name(base.value, PROTOCOL) for base in causal_lm.bases):
             causal_lm = add_base(causal_lm, PROTOCOL)
-        return add_methods(causal_lm, eagle3_methods(self.family.decoder, self.aux_layers, self.getter), tree)
+        methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, *stack)
+        return add_methods(causal_lm, methods, tree)
 
 
 def _collects_global_ids(model: cst.ClassDef) -> bool:
@@ -246,6 +278,12 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
     return replace_node(forward, line, mark_line(replace_node(line, call, new_call)))
 
 
+def _is_staged(model: cst.ClassDef) -> bool:
+    """Whether the model has pipeline stages: its ``__init__`` names ``self.start_layer``."""
+    init = method(model, "__init__")
+    return bool(find(init, cst.Attribute, lambda node: is_self_attribute(node, "start_layer")))
+
+
 def _sets_aux_layers(init: cst.FunctionDef) -> bool:
     """Whether upstream's ``__init__`` already sets ``self.aux_hidden_state_layers`` (0.18.0 on)."""
     targets = [assigned(sole_statement(line)) for line in init.body.body]
@@ -276,66 +314,114 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
 
 # --------------------------------------------------------------------------- the loop
 
+NO_PIPELINE_LAYERS = ("layers", "h", "blocks")
+"""What a loop over all the layers may iterate (``for layer in self.layers``): only these names,
+since without ``self.start_layer`` nothing else says that the loop is the decoder's."""
 
-def _decoder_loop(body: list[cst.BaseStatement], model: str) -> Loop:
-    loops = [s for s in body if isinstance(s, cst.For) and _loop_shape(s) is not None]
-    what = f"a loop over self.layers from self.start_layer to self.end_layer at the top of {model}.forward"
+
+def _decoder_loop(body: list[cst.BaseStatement], model: str, staged: bool = False) -> Loop:
+    """``staged``: the model has pipeline stages (``self.start_layer``); a loop over all its layers is
+    then the decoder's only where it numbers them itself from 0 (``for i, layer in enumerate(self.layers)``,
+    the hybrid models' form: global ids), not a bare ``for layer in self.layers``."""
+
+    def is_decoder_loop(statement: cst.BaseStatement) -> bool:
+        loop = _loop_shape(statement) if isinstance(statement, cst.For) else None
+        return loop is not None and (loop.pipelined or not staged or loop.global_id is not None)
+
+    loops = [s for s in body if is_decoder_loop(s)]
+    what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {model}.forward"
     node: cst.For = only(loops, what)  # type: ignore[assignment]
-    layer, global_id = _loop_shape(node)  # type: ignore[misc]
-    return Loop(body.index(node), node, layer, global_id)
+    return _loop_shape(node, body.index(node))  # type: ignore[return-value]
 
 
-def _loop_shape(loop: cst.For) -> Optional[tuple[str, Optional[str]]]:
-    """``(layer name, global id name or None)`` for a recognised decoder loop, else None."""
-    if isinstance(loop.target, cst.Tuple) and _enumerates_own_layers(loop.iter):
-        names = [e.value.value for e in loop.target.elements if is_name(e.value)]  # type: ignore[attr-defined]
-        return (names[1], names[0]) if len(names) == len(loop.target.elements) == 2 else None
-    if not isinstance(loop.target, cst.Name):
+def _loop_shape(loop: cst.For, at: int = 0) -> Optional[Loop]:
+    """The decoder loop ``loop`` is, or None.
+
+    The iterable is the stage's layers (``islice(self.X, self.start_layer, self.end_layer)``,
+    ``self.X[self.start_layer:self.end_layer]``), all of them (``self.layers``, no pipeline
+    parallelism), either of them ``enumerate``-d, or ``range(self.start_layer, self.end_layer)``
+    with ``layer = self.X[i]`` in the body.  The id is the enumerate's index where it counts from
+    the stage's first layer, else the codemod enumerates the loop itself.
+    """
+    target, iterable = loop.target, loop.iter
+    enumerated = isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) in (1, 2)
+    if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        layers = _own_layers(iterable.args[0].value)  # type: ignore[attr-defined]
+        index, layer = (e.value for e in target.elements)
+        if layers is None or not is_name(layer):
+            return None
+        name, pipelined = layers
+        counts_globally = _counts_from(iterable.args[1:], "self.start_layer" if pipelined else "0")  # type: ignore[attr-defined]
+        global_id = index.value if counts_globally and is_name(index) else None  # type: ignore[attr-defined]
+        return Loop(at, loop, layer.value, global_id, name, pipelined)  # type: ignore[attr-defined]
+    if not isinstance(target, cst.Name):
         return None
-    if _iterates_own_layers(loop.iter):
-        return loop.target.value, None
-    if _ranges_own_layers(loop.iter):
-        index = loop.target.value
-        bindings = [s for s in loop.body.body if _binds_layer(sole_statement(s), index)]
-        if len(bindings) == 1:
-            return assigned(sole_statement(bindings[0])).value, index  # type: ignore[union-attr]
+    layers = _own_layers(iterable)
+    if layers is not None:
+        return Loop(at, loop, target.value, None, *layers)
+    if _ranges_stage(iterable):
+        index = target.value
+        bindings = [(s, _bound_layers(sole_statement(s), index)) for s in loop.body.body]
+        bound = [(s, name) for s, name in bindings if name is not None]
+        if len(bound) == 1:
+            statement, name = bound[0]
+            return Loop(at, loop, assigned(sole_statement(statement)).value, index, name)  # type: ignore[union-attr]
     return None
 
 
-def _iterates_own_layers(iterable: cst.BaseExpression) -> bool:
-    """``islice(self.layers, self.start_layer, self.end_layer)`` or ``self.layers[self.start_layer:self.end_layer]``."""
+def _own_layers(iterable: cst.BaseExpression) -> Optional[tuple[str, bool]]:
+    """``(attribute, pipelined)`` where ``iterable`` is ``islice(self.X, self.start_layer, self.end_layer)``,
+    ``self.X[self.start_layer:self.end_layer]`` (pipelined), or ``self.layers`` itself (not), else None."""
     if isinstance(iterable, cst.Call) and (is_name(iterable.func, "islice") or is_attribute(iterable.func, "islice")):
         args = [arg.value for arg in iterable.args]
-        return len(args) == 3 and all(
-            is_self_attribute(a, n) for a, n in zip(args, ("layers", "start_layer", "end_layer"))
-        )
+        stage = len(args) == 3 and is_self_attribute(args[1], "start_layer") and is_self_attribute(args[2], "end_layer")
+        return (_self_attribute(args[0]), True) if stage and _self_attribute(args[0]) else None
     if isinstance(iterable, cst.Subscript) and len(iterable.slice) == 1:
         part = iterable.slice[0].slice
-        return (
+        if (
             isinstance(part, cst.Slice)
             and part.step is None
-            and is_self_attribute(iterable.value, "layers")
             and part.lower is not None
             and part.upper is not None
             and is_self_attribute(part.lower, "start_layer")
             and is_self_attribute(part.upper, "end_layer")
-        )
-    return False
+            and _self_attribute(iterable.value)
+        ):
+            return _self_attribute(iterable.value), True
+        return None
+    if any(is_self_attribute(iterable, name) for name in NO_PIPELINE_LAYERS):
+        return iterable.attr.value, False  # type: ignore[attr-defined]
+    return None
+
+
+def _self_attribute(node: cst.BaseExpression) -> str:
+    """``X`` of ``self.X``, or the empty string."""
+    if isinstance(node, cst.Attribute) and is_name(node.value, "self"):
+        return node.attr.value
+    return ""
+
+
+def _counts_from(start: list[cst.Arg], expected: str) -> bool:
+    """Whether ``enumerate``'s start argument (none, or ``start=...``) is ``expected``."""
+    if not start:
+        return expected == "0"
+    (arg,) = start
+    if arg.keyword is not None and not is_name(arg.keyword, "start"):
+        return False
+    if expected == "0":
+        return isinstance(arg.value, cst.Integer) and arg.value.value == "0"
+    return is_self_attribute(arg.value, "start_layer")
 
 
 def _enumerates_own_layers(iterable: cst.BaseExpression) -> bool:
-    """``enumerate(<own layers>, start=self.start_layer)``: global ids (upstream's loop from 0.18.0)."""
+    """``enumerate(<the stage's layers>, start=self.start_layer)``: global ids (upstream's loop from 0.18.0)."""
     if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) == 2):
         return False
-    layers, start = iterable.args
-    return (
-        _iterates_own_layers(layers.value)
-        and (start.keyword is None or is_name(start.keyword, "start"))
-        and is_self_attribute(start.value, "start_layer")
-    )
+    layers = _own_layers(iterable.args[0].value)
+    return layers is not None and layers[1] and _counts_from(list(iterable.args[1:]), "self.start_layer")
 
 
-def _ranges_own_layers(iterable: cst.BaseExpression) -> bool:
+def _ranges_stage(iterable: cst.BaseExpression) -> bool:
     """``range(self.start_layer, self.end_layer)``"""
     if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
         return False
@@ -343,22 +429,24 @@ def _ranges_own_layers(iterable: cst.BaseExpression) -> bool:
     return len(args) == 2 and is_self_attribute(args[0], "start_layer") and is_self_attribute(args[1], "end_layer")
 
 
-def _binds_layer(statement: Optional[cst.BaseSmallStatement], index: str) -> bool:
-    """``<name> = self.layers[<index>]``"""
+def _bound_layers(statement: Optional[cst.BaseSmallStatement], index: str) -> Optional[str]:
+    """``X`` where the statement is ``<name> = self.X[<index>]``, else None."""
     if not (is_name(assigned(statement)) and isinstance(statement.value, cst.Subscript)):  # type: ignore[union-attr]
-        return False
+        return None
     subscript: cst.Subscript = statement.value  # type: ignore[union-attr,assignment]
-    return (
-        is_self_attribute(subscript.value, "layers")
-        and len(subscript.slice) == 1
+    if (
+        len(subscript.slice) == 1
         and isinstance(subscript.slice[0].slice, cst.Index)
         and is_name(subscript.slice[0].slice.value, index)
-    )
+    ):
+        return _self_attribute(subscript.value) or None
+    return None
 
 
 def _upstream_capture(loop: Loop) -> Optional[str]:
     """The list upstream's own loop appends aux states to, or None:
-    ``if <id> in self.aux_hidden_state_layers: <list>.append(...)`` (Qwen3-Next, 0.18-0.19)."""
+    ``if <id> in self.aux_hidden_state_layers: <list>.append(...)`` (Qwen3-Next on 0.18-0.19;
+    Step-1 on 0.17.x appends in two branches, with or without a residual)."""
     for statement in loop.node.body.body:
         test = statement.test if isinstance(statement, cst.If) else None
         if not (
@@ -369,47 +457,78 @@ def _upstream_capture(loop: Loop) -> Optional[str]:
         ):
             continue
         appends = find(statement.body, cst.Call, lambda call: is_attribute(call.func, "append"))
-        if len(appends) == 1 and is_name(appends[0].func.value):  # type: ignore[attr-defined]
-            return appends[0].func.value.value  # type: ignore[attr-defined]
+        lists = {call.func.value.value for call in appends if is_name(call.func.value)}  # type: ignore[attr-defined]
+        if appends and len(lists) == 1:
+            return lists.pop()
         raise Unrecognised("expected the aux hidden state capture in the decoder loop to append to one list")
     return None
 
 
-def _layer_call_names(loop: Loop, model: str) -> tuple[str, str]:
-    """The names the layer call assigns: ``hidden_states, residual = layer(...)``."""
-    calls = [s for s in loop.node.body.body if _assigns_pair_from_call(sole_statement(s), loop.layer)]
+def _residual_stream(loop: Loop, model: str) -> str:
+    """The expression of the residual stream between two layers, from the layer call.
+
+    ``hidden_states, residual = layer(..., residual)``: the layer hands the residual on beside
+    its output (vLLM's fused add-norm), so the stream is their sum (``hidden_states`` alone before
+    the first layer).  ``hidden_states = layer(...)``: the layer adds its residual itself, and its
+    output is the stream.  A pair returned by a layer that is not handed the residual back is
+    something else, which structure cannot tell: refused.
+    """
+    calls = [s for s in loop.node.body.body if _layer_call_targets(sole_statement(s), loop.layer) is not None]
     line: cst.SimpleStatementLine = only(
-        calls, f"the decoder layer call `hidden_states, residual = {loop.layer}(...)` in {model}.forward"
+        calls, f"the decoder layer call `hidden_states[, residual] = {loop.layer}(...)` in {model}.forward"
     )  # type: ignore[assignment]
-    hidden, residual = (e.value.value for e in line.body[0].targets[0].target.elements)  # type: ignore[attr-defined]
-    if loop.global_id in (hidden, residual):
+    names = _layer_call_targets(line.body[0], loop.layer)
+    assert names is not None
+    if loop.global_id in names:
         raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
-    return hidden, residual
+    if len(names) == 1:
+        return names[0]
+    hidden, residual = names
+    if residual not in names_in(line.body[0].value):  # type: ignore[attr-defined]
+        raise Unrecognised(
+            f"{model}.forward's layers return ({hidden}, {residual}) without being handed {residual}: "
+            "which of them is the residual stream is not recognised"
+        )
+    return f"{hidden} if {residual} is None else {hidden} + {residual}"
 
 
-def _assigns_pair_from_call(statement: Optional[cst.BaseSmallStatement], callee: str) -> bool:
-    """``a, b = <callee>(...)``"""
+def _layer_call_targets(statement: Optional[cst.BaseSmallStatement], callee: str) -> Optional[tuple[str, ...]]:
+    """``("a", "b")`` for ``a, b = <callee>(...)``, ``("a",)`` for ``a = <callee>(...)``, else None."""
     target = assigned(statement)
-    return (
+    if target is None or not (isinstance(statement.value, cst.Call) and is_name(statement.value.func, callee)):  # type: ignore[union-attr]
+        return None
+    if is_name(target):
+        return (target.value,)  # type: ignore[union-attr]
+    if (
         isinstance(target, cst.Tuple)
         and len(target.elements) == 2
         and all(isinstance(e, cst.Element) and is_name(e.value) for e in target.elements)
-        and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
-        and is_name(statement.value.func, callee)  # type: ignore[union-attr]
-    )
+    ):
+        return tuple(e.value.value for e in target.elements)  # type: ignore[attr-defined]
+    return None
 
 
-def _norm_call_index(body: list[cst.BaseStatement], after: int, model: str) -> int:
+def _final_norm_index(body: list[cst.BaseStatement], after: int, model: str) -> int:
+    """Where the last layer's output is captured: before the final norm (``self.norm``, ``self.ln_f``,
+    ``self.final_layernorm``...: the first call after the loop of a module named as a norm), else
+    right after the loop, where the stream is the last layer's output by definition."""
+
+    def is_norm(call: cst.Call) -> bool:
+        name = _self_attribute(call.func)
+        return "norm" in name or name.startswith("ln")
+
     for index in range(after + 1, len(body)):
-        if find(body[index], cst.Call, lambda call: is_self_attribute(call.func, "norm")):
+        if find(body[index], cst.Call, is_norm):
             return index
-    raise Unrecognised(f"expected a call to self.norm after the decoder loop in {model}.forward")
+    return after + 1
 
 
 def _final_return(body: list[cst.BaseStatement], model: str) -> str:
+    """What ``forward`` returns at its end (``hidden_states``, ``self.norm(hidden_states)``): the
+    early return with the aux states returns the same expression beside them."""
     returned = sole_statement(body[-1])
-    if isinstance(returned, cst.Return) and isinstance(returned.value, cst.Name):
-        return returned.value.value
+    if isinstance(returned, cst.Return) and returned.value is not None and not isinstance(returned.value, cst.Tuple):
+        return cst.Module([]).code_for_node(returned.value)
     raise Unrecognised(f"expected {model}.forward to end with `return <hidden states>`")
 
 
@@ -422,40 +541,76 @@ def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) ->
 
 
 class DecoderTarget(SingleFileTarget):
-    """A family's model file: optional (left alone where it cannot be patched) unless the family is required."""
+    """A family's model file: optional (left alone where it cannot be patched) unless the family is required.
 
-    def __init__(self, family: Family) -> None:
+    Families found by rule (``discovery.py``) may share a file: each causal LM of the file is one
+    family, and a model held by several of them is patched once.
+    """
+
+    def __init__(self, family: Family, *more: Family) -> None:
         self.family = family
-        self.name = f"{family.name} model"
+        self.families = (family, *more)
+        self.name = f"{family.name} model" + (f" (and {len(more)} more)" if more else "")
         self.path = family.path
         self.policy = family.policy
         self.serves = family.name
+        self.cache_key = repr(self.families)
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
-        family = self.family
+        families = self.families
 
         def native(module: cst.Module) -> Optional[str]:
             """What the runner checks: the causal LM it holds is an EAGLE-3 target.  A collecting
             decoder under a causal LM without the protocol is half of it (the codemod adds the rest)."""
-            return declares_eagle3(module, family.causal_lm, (PROTOCOL,))
+            reasons = [declares_eagle3(module, family.causal_lm, (PROTOCOL,)) for family in families]
+            return reasons[0] if all(reasons) else None
 
-        def codemod() -> DecoderEagle3:
+        def codemod() -> FileCodemod:
             interface = release.interface
             if interface is None:
                 raise Unrecognised(release.no_eagle3)
-            return DecoderEagle3(family, interface.protocol, options.aux_layers, interface.getter)
+            return FileCodemod(
+                tuple(
+                    DecoderEagle3(family, interface.protocol, options.aux_layers, interface.getter, with_model)
+                    for family, with_model in zip(families, _first_of_each_model(families))
+                )
+            )
 
         def preconditions() -> None:
-            if family.forward_from is not None:
-                require_patchable(family.forward_from, release, options)
+            for family in families:
+                if family.forward_from is not None:
+                    require_patchable(family.forward_from, release, options)
 
+        models = {family.model for family in families}
         return judge(
             source,
             codemod,
             native=native,
             preconditions=preconditions,
-            reads=lambda function: function.cls == family.model and function.name in ("__init__", "forward"),
+            reads=lambda function: function.cls in models and function.name in ("__init__", "forward"),
         )
+
+
+@dataclass(frozen=True)
+class FileCodemod:
+    """The codemods of every family of one file, one after the other."""
+
+    codemods: tuple[DecoderEagle3, ...]
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        for codemod in self.codemods:
+            tree = codemod.transform_module(tree)
+        return tree
+
+
+def _first_of_each_model(families: tuple[Family, ...]) -> list[bool]:
+    """For each family, whether it is the first to hold its model (and so patches it)."""
+    seen: set[str] = set()
+    firsts = []
+    for family in families:
+        firsts.append(family.model not in seen)
+        seen.add(family.model)
+    return firsts
 
 
 def require_patchable(family: Family, release: Release, options: Options) -> None:

@@ -14,7 +14,13 @@ from vllm_eagle3_patch.eagle3.layer_ids import SMALLEST_DISTINCT_DEFAULT
 from vllm_eagle3_patch.eagle3.release import GETTER
 
 
-def eagle3_methods(decoder: str, aux_layers: Optional[tuple[int, ...]], getter: str = GETTER) -> str:
+def eagle3_methods(
+    decoder: str,
+    aux_layers: Optional[tuple[int, ...]],
+    getter: str = GETTER,
+    layers: str = "layers",
+    pipelined: bool = True,
+) -> str:
     """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
 
     ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
@@ -22,11 +28,23 @@ def eagle3_methods(decoder: str, aux_layers: Optional[tuple[int, ...]], getter: 
     which is only known once the model is built.  The default is
     ``layer_ids.patched_default``, written out.
     """
-    written = default_getter(decoder, getter) if aux_layers is None else fixed_getter(decoder, aux_layers, getter)
-    return pipeline_checked_setter(decoder) + written
+    written = (
+        default_getter(decoder, getter, layers)
+        if aux_layers is None
+        else fixed_getter(decoder, aux_layers, getter, layers)
+    )
+    return (pipeline_checked_setter(decoder, layers) if pipelined else plain_setter(decoder)) + written
 
 
-def pipeline_checked_setter(decoder: str) -> str:
+def plain_setter(decoder: str) -> str:
+    """The setter of a model without pipeline parallelism: every id lies on its one rank."""
+    return (
+        "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+        f"    {decoder}.aux_hidden_state_layers = layers\n"
+    )
+
+
+def pipeline_checked_setter(decoder: str, layers: str = "layers") -> str:
     """The setter, refusing ids that lie before this pipeline rank's first layer.
 
     The runner calls it only on the last pipeline rank, the drafter's; up to 0.17.x earlier
@@ -40,12 +58,12 @@ def pipeline_checked_setter(decoder: str) -> str:
         "        from vllm.distributed.parallel_state import get_pp_group\n"
         "        from vllm.distributed.utils import get_pp_indices\n"
         "        layer, ranks = min(layers), get_pp_group().world_size\n"
-        "        rank = next(r for r in range(ranks) if layer < get_pp_indices(len(decoder.layers), r, ranks)[1])\n"
+        f"        rank = next(r for r in range(ranks) if layer < get_pp_indices(len(decoder.{layers}), r, ranks)[1])\n"
         "        raise ValueError(\n"
         '            f"vllm-eagle3-patch: EAGLE-3 aux layer id {layer} lies on pipeline rank {rank}, '
         'but the drafter "\n'
         '            f"runs on the last rank, which holds layers '
-        '{decoder.start_layer}..{len(decoder.layers) - 1}, and "\n'
+        f'{{decoder.start_layer}}..{{len(decoder.{layers}) - 1}}, and "\n'
         '            "this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "\n'
         '            f"(--tensor-parallel-size instead), or with aux layer ids >= {decoder.start_layer}"\n'
         "        )\n"
@@ -53,10 +71,10 @@ def pipeline_checked_setter(decoder: str) -> str:
     )
 
 
-def default_getter(decoder: str, getter: str = GETTER) -> str:
+def default_getter(decoder: str, getter: str = GETTER, layers: str = "layers") -> str:
     return (
         f"def {getter}(self) -> tuple[int, ...]:\n"
-        f"    num_layers = len({decoder}.layers)\n"
+        f"    num_layers = len({decoder}.{layers})\n"
         f"    if num_layers >= {SMALLEST_DISTINCT_DEFAULT}:\n"
         "        return (2, num_layers // 2, num_layers - 3)\n"
         "    if num_layers < 2:\n"
@@ -69,11 +87,11 @@ def default_getter(decoder: str, getter: str = GETTER) -> str:
     )
 
 
-def fixed_getter(decoder: str, aux_layers: tuple[int, ...], getter: str = GETTER) -> str:
+def fixed_getter(decoder: str, aux_layers: tuple[int, ...], getter: str = GETTER, layers: str = "layers") -> str:
     return (
         f"def {getter}(self) -> tuple[int, ...]:\n"
         f"    layers = {tuple(aux_layers)!r}  # vllm-eagle3-patch apply --aux-layers\n"
-        f"    num_layers = len({decoder}.layers)\n"
+        f"    num_layers = len({decoder}.{layers})\n"
         "    if any(not 0 <= layer <= num_layers for layer in layers):\n"
         "        raise ValueError(\n"
         '            f"vllm-eagle3-patch: EAGLE-3 aux layer ids {layers} must lie in 0..{num_layers} "\n'

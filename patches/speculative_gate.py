@@ -134,6 +134,7 @@ class SpeculativeGateTarget:
 
     def __init__(self, model_types: tuple[str, ...]) -> None:
         self.model_types = model_types
+        self.cache_key = repr(model_types)
 
     def locate(self, release: Release) -> Optional[str]:
         return release.gate_file

@@ -119,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --aux-layers-from: the drafter's ids name layer inputs (vllm) or layer outputs "
         "(sglang, SpecForge: vLLM's ids are each one higher)",
     )
+    for command in (apply, diff):
+        command.add_argument(
+            "--every-architecture",
+            action="store_true",
+            help="also patch every architecture of vLLM's registry that the rule recognises (status "
+            "--architectures lists them, and why the others are refused), not only the registry's families",
+        )
     apply.set_defaults(run=run_apply, usage_error=apply.error, aux_layers_given=False)
 
     revert = commands.add_parser("revert", help="restore the original bytes of every patched file")
@@ -225,7 +232,7 @@ def find_install(args: argparse.Namespace) -> VllmInstall:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args), states_only=True)
+    plan = make_plan(find_install(args), states_only=True, every_architecture=args.architectures)
     model = target_model(plan, args.model) if args.model else None
     architectures = architecture_verdicts(plan) if args.architectures else None
     if args.json:
@@ -247,7 +254,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args))
+    plan = make_plan(find_install(args), every_architecture=args.every_architecture)
     diff = render.unified_diff(plan)
     if args.json:
         emit_json({**render.status_data(plan), "diff": diff})
@@ -272,13 +279,18 @@ def chosen_options(args: argparse.Namespace) -> Optional[Options]:
 def run_apply(args: argparse.Namespace) -> int:
     install, options = find_install(args), chosen_options(args)
     if args.dry_run:
-        plan = make_plan(install, options, accept_modified=args.accept_modified)
+        plan = make_plan(
+            install, options, accept_modified=args.accept_modified, every_architecture=args.every_architecture
+        )
         if args.json:
             emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
         elif not args.quiet:
             render.print_plan(plan)
         return 0
-    return report(args, changes.apply(install, options, accept_modified=args.accept_modified), install)
+    outcome = changes.apply(
+        install, options, accept_modified=args.accept_modified, every_architecture=args.every_architecture
+    )
+    return report(args, outcome, install)
 
 
 def run_revert(args: argparse.Namespace) -> int:

@@ -11,12 +11,14 @@ from typing import Callable, Iterable, Optional
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.verdict_cache import StateCache, default_directory
-from .eagle3.release import Release
+from .discovery import Discovery, discover
+from .eagle3.release import GATE_FILES, Release
+from .eagle3.release import PROPOSER as PROPOSER_FILE
 from .errors import ToolError
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .registry import DEEPSEEK_V2, FAMILIES, TARGETS
+from .registry import DEEPSEEK_V2, FAMILIES, PROPOSER, gate_target, model_targets
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Plan:
     options: Options
     release: Release
     """The tree's files and what they say, read once: for the codemods, ``verify`` and ``doctor``."""
+    discovery: Discovery = Discovery(())
+    """The families found by rule in this release's registry."""
     unreadable_state: Optional[str] = None
     """Why the manifest could not be read (``status`` as another user than the one who applied)."""
 
@@ -94,6 +98,7 @@ def make_plan(
     *,
     states_only: bool = False,
     accept_modified: bool = False,
+    every_architecture: bool = False,
 ) -> Plan:
     """Look at every target file of ``install``.
 
@@ -101,6 +106,8 @@ def make_plan(
     of the earlier one unless the user gives new ones (``Options()`` is the default ids).
     ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
     text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
+    ``every_architecture`` adds the families found by rule in the release's registry (``discovery.py``);
+    a tree whose manifest names such files gets them whatever the option says.
     """
     state_dir = StateDir(install.package_dir)
     manifest, unreadable = state_dir.load_for_reading() if states_only else (state_dir.load(), None)
@@ -111,9 +118,25 @@ def make_plan(
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
     originals = Originals(install, accept_modified)
     context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable)
+    static_paths = {family.path for family in FAMILIES} | {f.wrapper.path for f in FAMILIES if f.wrapper}
+    static_paths |= {*GATE_FILES, PROPOSER_FILE}
+    applied_by_rule = manifest is not None and any(path not in static_paths for path in manifest.files)
+    discovery = discover(release, FAMILIES) if every_architecture or applied_by_rule else Discovery(())
+    files = _plan_targets(context, manifest, (*model_targets(discovery.families), PROPOSER))
+    # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now.
+    targets = {f.family for f in files if f.state in (State.UNPATCHED, State.PATCHED)}
+    gated = tuple(t for family in discovery.families if family.name in targets for t in family.model_types)
+    files += _plan_targets(context, manifest, (gate_target(gated),))
+    if not files:
+        raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
+    files.sort(key=lambda file: file.path)
+    return Plan(install, tuple(files), manifest, options, release, discovery, unreadable)
+
+
+def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:
     files = []
-    for target in TARGETS:
-        path = target.locate(release)
+    for target in targets:
+        path = target.locate(context.release)
         if path is None:
             if target.policy is Policy.REQUIRED:
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
@@ -121,10 +144,7 @@ def make_plan(
         manifested = manifest.files.get(path) if manifest else None
         planned = _plan_file(context, target, path, manifested)
         files.append(replace(planned, optional=target.policy is Policy.OPTIONAL, family=target.serves))
-    if not files:
-        raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
-    files.sort(key=lambda file: file.path)
-    return Plan(install, tuple(files), manifest, options, release, unreadable)
+    return files
 
 
 def _recorded_options(manifest: Optional[Manifest]) -> Options:
@@ -295,6 +315,11 @@ def telling_first(file: FilePlan) -> tuple[bool, bool]:
 
 
 def _families(files: Iterable[FilePlan]) -> str:
-    """The model families the files serve, in registry order (the gate and proposer serve them all)."""
+    """The model families the files serve, in registry order (the gate and proposer serve them
+    all), then how many more architectures' files the rule found (``status --architectures`` names them)."""
     names = {f.family for f in files if f.family}
-    return ", ".join(family.name for family in FAMILIES if family.name in names) or "the model families"
+    listed = [family.name for family in FAMILIES if family.name in names]
+    more = len(names) - len(listed)
+    if more:
+        listed.append(f"{more} more model file(s) found in the registry (status --architectures)")
+    return ", ".join(listed) or "the model families"

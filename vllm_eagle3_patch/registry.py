@@ -83,11 +83,28 @@ def gated_model_types() -> tuple[str, ...]:
     return (*(t for family in FAMILIES for t in family.model_types), *GATE_ONLY_MODEL_TYPES)
 
 
-def _targets() -> tuple[Target, ...]:
-    """Every target: each family's model file and wrapper, then the proposer and the gate."""
+def model_targets(discovered: tuple[Family, ...] = ()) -> tuple[Target, ...]:
+    """Each family's model file and wrapper, then the files of the families found by rule
+    (``discovery.py``), one target per file; a file of the registry's families is theirs alone."""
     targets: list[Target] = [DecoderTarget(family) for family in FAMILIES]
     targets += [WrapperTarget(family) for family in FAMILIES if family.wrapper is not None]
-    return (*targets, EagleProposerTarget(), SpeculativeGateTarget(gated_model_types()))
+    by_path: dict[str, list[Family]] = {}
+    for family in discovered:
+        by_path.setdefault(family.path, []).append(family)
+    owned = {family.path for family in FAMILIES}
+    targets += [DecoderTarget(*families) for path, families in by_path.items() if path not in owned]
+    return tuple(targets)
 
 
-TARGETS: tuple[Target, ...] = _targets()
+PROPOSER = EagleProposerTarget()
+
+
+def gate_target(more_model_types: tuple[str, ...] = ()) -> SpeculativeGateTarget:
+    """The gate, admitting the registry's families and ``more_model_types`` (those found by rule
+    whose files are EAGLE-3 targets on this release)."""
+    types = gated_model_types()
+    return SpeculativeGateTarget((*types, *(t for t in dict.fromkeys(more_model_types) if t not in types)))
+
+
+TARGETS: tuple[Target, ...] = (*model_targets(), PROPOSER, gate_target())
+"""The registry's own targets, without the families found by rule (those depend on the release)."""

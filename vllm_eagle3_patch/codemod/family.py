@@ -55,6 +55,11 @@ class Family:
     Qwen3-Next's): here only the model's ``__init__`` and the causal LM are patched, and only
     where that family's file is patchable too."""
 
+    runs_upstream_capture: bool = False
+    """The model has no ``forward`` of its own and runs that of a model in another file which
+    collects the ids itself (an ``EagleModelMixin`` decoder, 0.18.0 on: ``Glm4Model(LlamaModel)``):
+    only the causal LM lacks the protocol and the methods."""
+
     @property
     def wrapper_policy(self) -> Policy:
         """A wrapper of the required family must be patchable where it exists (Kimi-K2.5 serves

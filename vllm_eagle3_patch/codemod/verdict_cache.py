@@ -79,7 +79,8 @@ class StateCache:
         return _state_only(verdict)
 
     def _key(self, target: Target, source: str, options: Options) -> str:
-        parts = [self._fingerprint(), type(target).__module__, target.name, options.aux_layers, _digest(source)]
+        what = getattr(target, "cache_key", target.name)  # what the target is made of (its families, its types)
+        parts = [self._fingerprint(), type(target).__module__, what, options.aux_layers, _digest(source)]
         return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
 
 

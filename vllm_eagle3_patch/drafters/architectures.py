@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..codemod.target import State
+from ..discovery import Discovery
 from ..eagle3.class_chain import Chain, ChainReader, registry_module
 from ..plan import FilePlan, Plan
 from ..registry import FAMILIES
@@ -36,30 +37,45 @@ def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
     chains = ChainReader(plan.release.read)
     files = {file.path: file for file in plan.files}
     return [
-        judge(architecture, module, cls, chains.registered(module, cls), files)
+        judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery)
         for architecture, (module, cls) in plan.release.text_generation_models.items()
     ]
 
 
 def judge(
-    architecture: str, module: str, cls: str, chain: Optional[Chain], files: dict[str, FilePlan]
+    architecture: str,
+    module: str,
+    cls: str,
+    chain: Optional[Chain],
+    files: dict[str, FilePlan],
+    discovery: Discovery = Discovery(()),
 ) -> ArchitectureVerdict:
     def verdict(kind: str, reason: str, family: Optional[str] = None) -> ArchitectureVerdict:
         return ArchitectureVerdict(architecture, module, cls, kind, reason, family)
 
     if chain is None:
         return verdict("refused", f"{registry_module(module)} defines no class {cls} this tool can read")
-    for family in FAMILIES:
+    found = discovery.architectures.get(architecture)
+    for family in (*FAMILIES, *([found] if found else [])):
         family_module = family.path.removesuffix(".py").replace("/", ".")
         if chain.includes(family_module, family.causal_lm) and family.path in files:
             file = files[family.path]
-            return verdict(_FROM_STATE[file.state], f"{family.name}: {file.path} is {file.state.value}", family.name)
+            why = f": {file.reason}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
+            if family is found and file.state is State.UNPATCHED:
+                why = " (found by rule: `apply --every-architecture` patches it)"
+            return verdict(
+                _FROM_STATE[file.state], f"{family.name}: {file.path} is {file.state.value}{why}", family.name
+            )
     if chain.declares_eagle3:
         holder = next((c for c in chain.classes if "SupportsEagle3" in {b.rsplit(".", 1)[-1] for b in c.bases}), None)
         where = f" (from {holder.module}.{holder.name})" if holder and holder.name != cls else ""
         return verdict("native", f"{cls} implements SupportsEagle3{where}")
+    if found is not None:  # found by rule, but its file is another family's
+        return verdict("refused", f"{found.path} is patched for another family, which does not cover {found.causal_lm}")
     return verdict(
-        "refused", f"{cls} ({module}.py) lacks SupportsEagle3, and no model family this tool patches serves it"
+        "refused",
+        discovery.unrecognised.get(architecture)
+        or f"{cls} ({module}.py) lacks SupportsEagle3, and no model family this tool patches serves it",
     )
 
 

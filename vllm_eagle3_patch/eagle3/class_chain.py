@@ -27,6 +27,10 @@ class ClassInfo:
     bases: tuple[str, ...]
     """The bases as written (``nn.Module``, ``SupportsEagle3``, ``LlamaForCausalLM``)."""
     methods: frozenset[str]
+    holds: tuple[tuple[str, str], ...] = ()
+    """What ``__init__`` builds, in order: ``self.model = DeepseekV2Model(...)`` -> ``("model", "DeepseekV2Model")``."""
+    loops: bool = False
+    """Whether its own ``forward`` has a ``for`` loop at its top level (a decoder's, perhaps)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,10 @@ class ChainReader:
                 if found is not None:
                     pending.append(found)
         return Chain(tuple(classes), frozenset(base_names))
+
+    def resolve(self, module: str, base: str) -> Optional[ClassInfo]:
+        """The class ``base`` names in ``module`` (defined there, or imported from another model file)."""
+        return self._resolve(module, base)
 
     def _resolve(self, module: str, base: str) -> Optional[ClassInfo]:
         """``base`` as named in ``module``: a class of that file, or one it imports from another model file."""
@@ -137,7 +145,14 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
     except SyntaxError:
         return None
     classes = {
-        node.name: ClassInfo(module, node.name, tuple(_dotted(base) for base in node.bases), _methods(node))
+        node.name: ClassInfo(
+            module,
+            node.name,
+            tuple(_dotted(base) for base in node.bases),
+            _methods(node),
+            _built_in_init(node),
+            _forward_loops(node),
+        )
         for node in tree.body
         if isinstance(node, ast.ClassDef)
     }
@@ -178,3 +193,61 @@ def _dotted(node: ast.expr) -> str:
 
 def _methods(node: ast.ClassDef) -> frozenset[str]:
     return frozenset(s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _built_in_init(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
+    """``(attribute, callee)`` for each ``self.<attribute> = <Callee>(...)`` in ``__init__``, top-level
+    statements first.  The callee may be named indirectly: a parameter with a class for default
+    (``model_type: type[InternLM2Model] = InternLM2Model``), a class attribute (``self.model_cls(...)``
+    with ``model_cls = AXK1Model``) or a method returning ``<Class>(...)`` (``self._init_model(...)``)."""
+    init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    if init is None:
+        return ()
+    arguments = [*init.args.posonlyargs, *init.args.args]
+    defaults = dict(zip([a.arg for a in arguments][len(arguments) - len(init.args.defaults) :], init.args.defaults))
+    defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults) if d is not None})
+    members = _class_members(node)
+    built = []
+    for statement in ast.walk(init):
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            continue
+        target, value = statement.targets[0], statement.value
+        if not (isinstance(target, ast.Attribute) and _is_self(target.value) and isinstance(value, ast.Call)):
+            continue
+        callee = None
+        if isinstance(value.func, ast.Name):
+            default = defaults.get(value.func.id)
+            callee = default.id if isinstance(default, ast.Name) else value.func.id
+        elif isinstance(value.func, ast.Attribute) and _is_self(value.func.value):
+            callee = members.get(value.func.attr)
+        if callee is not None:
+            built.append((target.attr, callee))
+    return tuple(built)
+
+
+def _class_members(node: ast.ClassDef) -> dict[str, str]:
+    """Class attributes bound to a name (``model_cls = AXK1Model``) and methods that end by
+    returning ``<Name>(...)`` (``_init_model``), each -> that name."""
+    members = {}
+    for statement in node.body:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.value, ast.Name):
+            if isinstance(statement.targets[0], ast.Name):
+                members[statement.targets[0].id] = statement.value.id
+        elif isinstance(statement, ast.FunctionDef) and statement.body:
+            last = statement.body[-1]
+            if (
+                isinstance(last, ast.Return)
+                and isinstance(last.value, ast.Call)
+                and isinstance(last.value.func, ast.Name)
+            ):
+                members[statement.name] = last.value.func.id
+    return members
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _forward_loops(node: ast.ClassDef) -> bool:
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    return forward is not None and any(isinstance(s, ast.For) for s in forward.body)

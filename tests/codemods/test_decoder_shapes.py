@@ -1,0 +1,216 @@
+"""The loop shapes the rule meets across vLLM's registry, patched and then *run*: synthetic sources
+(no vLLM code here) executed with stand-in layers that compute on plain numbers.
+
+Each case checks this tool's semantics: id ``k`` is the residual stream entering layer ``k``
+(``hidden_states + residual`` for layers that hand the residual on, ``hidden_states`` for layers
+that add it themselves), id ``n`` the last layer's output, and no ids means the unpatched result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import types
+from typing import Any
+
+import libcst as cst
+import pytest
+from test_decoder_eagle3_codemod import reader
+
+from vllm_eagle3_patch.codemod.family import Family
+from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+
+N = 6
+PAIR_CALL = "hidden_states, residual = layer(positions, hidden_states, residual)"
+SINGLE_CALL = "hidden_states = layer(positions, hidden_states)"
+
+TEMPLATE = """\
+class ToyModel(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, positions, hidden_states):
+        residual = None
+        for {target} in {iterable}:
+{body}
+{tail}
+
+
+class ToyForCausalLM(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.{decoder} = ToyModel()
+
+
+class ToyChatForCausalLM(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.{decoder} = ToyModel()
+"""
+
+PP_TAIL = """\
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states, residual)
+        hidden_states, _ = self.norm(hidden_states, residual)
+        return hidden_states"""
+
+SINGLE_PP_TAIL = """\
+        if not get_pp_group().is_last_rank:
+            return IntermediateTensors(hidden_states)
+        hidden_states = self.ln_f(hidden_states)
+        return hidden_states"""
+
+RETURN_NORM_TAIL = "        return self.norm(hidden_states, residual)[0]"
+SINGLE_RETURN_NORM_TAIL = "        return self.ln_f(hidden_states)"
+
+SHAPES = {
+    # name: (loop target, iterable, loop body, tail, the layers' attribute)
+    "pair-islice": ("layer", "islice(self.layers, self.start_layer, self.end_layer)", [PAIR_CALL], PP_TAIL, "layers"),
+    "single-h-gpt2": ("layer", "islice(self.h, self.start_layer, self.end_layer)", [SINGLE_CALL], SINGLE_PP_TAIL, "h"),
+    "single-blocks-slice": (
+        "block",
+        "self.blocks[self.start_layer:self.end_layer]",
+        ["hidden_states = block(positions, hidden_states)"],
+        SINGLE_PP_TAIL,
+        "blocks",
+    ),
+    "local-enumerate": (
+        "idx, layer",
+        "enumerate(islice(self.layers, self.start_layer, self.end_layer))",
+        [PAIR_CALL],
+        PP_TAIL,
+        "layers",
+    ),
+    "range-bound-h": (
+        "i",
+        "range(self.start_layer, self.end_layer)",
+        ["layer = self.h[i]", SINGLE_CALL],
+        SINGLE_PP_TAIL,
+        "h",
+    ),
+    "no-pipeline-enumerate": ("i, layer", "enumerate(self.layers)", [PAIR_CALL], RETURN_NORM_TAIL, "layers"),
+    "no-pipeline-single": ("layer", "self.layers", [SINGLE_CALL], SINGLE_RETURN_NORM_TAIL, "layers"),
+}
+
+
+def source(shape: str, decoder: str = "model") -> str:
+    target, iterable, body, tail, _ = SHAPES[shape]
+    lines = "\n".join(f"            {line}" for line in body)
+    return TEMPLATE.format(target=target, iterable=iterable, body=lines, tail=tail, decoder=decoder)
+
+
+def family(decoder: str = "self.model", causal_lm: str = "ToyForCausalLM") -> Family:
+    return Family("Toy", "model_executor/models/toy.py", "ToyModel", causal_lm, ("toy",), decoder=decoder)
+
+
+class PairLayer:
+    """Hands the residual on: returns ``(h * (i + 2), residual + h)``; records the stream it was given."""
+
+    def __init__(self, index: int, received: list[float]) -> None:
+        self.index, self.received = index, received
+
+    def __call__(self, positions: Any, hidden_states: float, residual: Any = None) -> tuple[float, float]:
+        self.received.append(hidden_states if residual is None else hidden_states + residual)
+        return hidden_states * (self.index + 2), (residual or 0.0) + hidden_states
+
+
+class SingleLayer:
+    """Adds its residual itself: returns the new stream ``h * (i + 2) + 1``."""
+
+    def __init__(self, index: int, received: list[float]) -> None:
+        self.index, self.received = index, received
+
+    def __call__(self, positions: Any, hidden_states: float) -> float:
+        self.received.append(hidden_states)
+        return hidden_states * (self.index + 2) + 1.0
+
+
+def load(code: str, protocol: type = object) -> dict[str, Any]:
+    """Execute a (patched) toy module with stand-ins for what vLLM's files import."""
+    namespace: dict[str, Any] = {
+        "SupportsEagle3": protocol,
+        "nn": types.SimpleNamespace(Module=type("Module", (), {})),
+        "islice": itertools.islice,
+        "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True),
+        "IntermediateTensors": tuple,
+    }
+    exec(compile(code, "<toy>", "exec"), namespace)  # noqa: S102 - synthetic test source
+    return namespace
+
+
+def run(code: str, shape: str, ids: tuple[int, ...]) -> tuple[Any, list[float]]:
+    layers_attribute, pair = SHAPES[shape][4], PAIR_CALL in SHAPES[shape][2]
+    model = object.__new__(load(code)["ToyModel"])
+    received: list[float] = []
+    layer = PairLayer if pair else SingleLayer
+    setattr(model, layers_attribute, [layer(i, received) for i in range(N)])
+    model.start_layer, model.end_layer = 0, N
+    model.norm = lambda h, r: ((h + (r or 0.0)) * 0.5, None)  # fused add-norm: the stream, halved
+    model.ln_f = lambda h: h * 0.5
+    model.aux_hidden_state_layers = ids
+    return model.forward(None, 1.0), received
+
+
+def last_stream(code: str, shape: str) -> float:
+    """The stream after the last layer, from an unpatched run: the norm halves it."""
+    output, _ = run(code, shape, ())
+    return output * 2
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_patched_loop_captures_the_stream_entering_each_id_and_id_n(shape):
+    original = source(shape)
+    patched = DecoderEagle3(family(), protocol=False).transform_module(cst.parse_module(original)).code
+    plain, _ = run(original, shape, ())
+    unchanged, _ = run(patched, shape, ())
+    assert unchanged == plain  # nothing captured: the unpatched result, not a pair
+    (output, states), received = run(patched, shape, (0, 3, N))
+    assert output == plain
+    assert states == [received[0], received[3], last_stream(original, shape)]
+
+
+@pytest.mark.parametrize("shape", ["pair-islice", "single-h-gpt2", "no-pipeline-single"])
+def test_the_methods_reach_the_decoder_under_its_own_attributes(shape):
+    """``self.transformer.h`` (GPT-2), ``self.model.layers``; no pipeline check where there is no stage."""
+    decoder = "transformer" if shape == "single-h-gpt2" else "model"
+    patched = DecoderEagle3(family(f"self.{decoder}"), protocol=False, getter="get_ids").transform_module(
+        cst.parse_module(source(shape, decoder))
+    )
+    namespace = load(patched.code)
+    causal_lm = object.__new__(namespace["ToyForCausalLM"])
+    inner = types.SimpleNamespace(start_layer=0, aux_hidden_state_layers=())
+    setattr(inner, SHAPES[shape][4], [None] * 61)
+    setattr(causal_lm, decoder, inner)
+    causal_lm.set_aux_hidden_state_layers((1, 2, 3))
+    assert inner.aux_hidden_state_layers == (1, 2, 3)
+    assert causal_lm.get_ids() == (2, 30, 58)
+    assert ("start_layer" in patched.code) == (shape != "no-pipeline-single")
+
+
+def test_two_causal_lms_holding_one_model_patch_it_once():
+    target = DecoderTarget(family(), family(causal_lm="ToyChatForCausalLM"))
+    verdict = target.examine(source("pair-islice"), reader(), Options())
+    assert verdict.state is State.UNPATCHED, verdict.reason
+    code = verdict.patched
+    assert code.count("aux_layer_ids = self.aux_hidden_state_layers") == 1
+    assert code.count("from vllm.model_executor.models.interfaces import SupportsEagle3") == 1
+    namespace = load(code.replace("from vllm.model_executor.models.interfaces import SupportsEagle3", ""), Eagle3)
+    for causal_lm in ("ToyForCausalLM", "ToyChatForCausalLM"):
+        assert Eagle3 in namespace[causal_lm].__mro__
+        assert "set_aux_hidden_state_layers" in vars(namespace[causal_lm])
+
+
+class Eagle3:
+    """Stands in for vLLM's ``SupportsEagle3`` protocol."""
+
+
+def test_a_pair_not_handed_the_residual_is_refused():
+    """StableLM's layers return ``(hidden_states, residual)`` without taking the residual: which is
+    the stream is not something the structure says."""
+    code = source("pair-islice").replace(PAIR_CALL, "hidden_states, residual = layer(positions, hidden_states)")
+    verdict = DecoderTarget(family()).examine(code, reader(), Options())
+    assert verdict.state is State.UNSUPPORTED
+    assert "without being handed residual" in verdict.reason

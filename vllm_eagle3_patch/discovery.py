@@ -1,0 +1,184 @@
+"""Families by rule: every registered text-generation architecture the hand-kept registry does not name.
+
+The release's registry maps each architecture to a module and class; the runner holds that class.
+Its chain (its bases, resolved through the files' own imports) is walked for the first class whose
+``__init__`` builds a model class of its own file (``self.model = MixtralModel(...)``,
+``self.transformer = GPT2Model(...)``): that class is the causal LM, the model is the decoder,
+and the pair is a :class:`~vllm_eagle3_patch.codemod.family.Family` like the registry's.  Whether
+the decoder's ``forward`` has a loop the codemod recognises is the codemod's to say (the file's
+verdict), so every architecture found here ends patchable or refused with the codemod's reason.
+What structure cannot tell, the model type the speculative-config gate judges, is the one table
+here (:data:`MODEL_TYPES`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from .codemod.family import Family
+from .eagle3.class_chain import ChainReader, ClassInfo, registry_module
+from .eagle3.release import MIXIN, Release
+
+MODEL_TYPES: dict[str, tuple[str, ...]] = {
+    "CohereForCausalLM": ("cohere",),
+    "Cohere2ForCausalLM": ("cohere2",),
+    "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe",),
+    "Ernie4_5_ForCausalLM": ("ernie4_5",),
+    "GPTJForCausalLM": ("gptj",),
+    "Olmo3ForCausalLM": ("olmo3",),
+    "MiniMaxForCausalLM": ("minimax",),
+    "MiniMaxText01ForCausalLM": ("minimax", "minimax_text_01"),
+    "MiniMaxM1ForCausalLM": ("minimax_m1",),
+    "RWForCausalLM": ("falcon", "RefinedWeb", "RefinedWebModel"),
+    "FalconMambaForCausalLM": ("falcon_mamba",),
+    "StableLMEpochForCausalLM": ("stablelm_epoch", "stablelm"),
+    "Grok1ModelForCausalLM": ("grok-1",),
+    "Grok1ForCausalLM": ("grok-1",),
+    "BaichuanForCausalLM": ("baichuan",),
+    "BaiChuanForCausalLM": ("baichuan",),
+    "GraniteMoeForCausalLM": ("granitemoe",),
+    "GraniteMoeSharedForCausalLM": ("granitemoeshared",),
+    "GraniteMoeHybridForCausalLM": ("granitemoehybrid",),
+    "NemotronHPuzzleForCausalLM": ("nemotron_h", "nemotron_h_puzzle"),
+    "DeciLMForCausalLM": ("deci", "nemotron-nas"),
+    "PanguEmbeddedForCausalLM": ("PanguEmbedded",),
+    "PanguProMoEV2ForCausalLM": ("PanguProMoE",),
+    "PanguUltraMoEForCausalLM": ("pangu_ultra_moe",),
+    "Step3TextForCausalLM": ("step3_text", "step3"),
+    "Step3p5ForCausalLM": ("step3p5",),
+    "MptForCausalLM": ("mpt",),
+    "MPTForCausalLM": ("mpt",),
+    "JAISLMHeadModel": ("jais",),
+    "GPT2LMHeadModel": ("gpt2",),
+    "QWenLMHeadModel": ("qwen",),
+}
+"""``hf_text_config.model_type`` of an architecture's checkpoints where it is not the registry's
+module name (``commandr`` serves ``cohere`` and ``cohere2``).  The one thing structure cannot tell:
+``tests/test_discovery.py`` checks the rule and this table against transformers' own mapping."""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The families found by rule, and why each other refused architecture has none."""
+
+    families: tuple[Family, ...]
+    architectures: dict[str, Family] = field(default_factory=dict)
+    """Each architecture served by a found family."""
+    unrecognised: dict[str, str] = field(default_factory=dict)
+    """Each architecture without one -> the reason."""
+
+
+def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
+    """A family for every registered text-generation architecture whose class lacks EAGLE-3 and
+    that no family of ``known`` serves, keyed by (file, causal LM); in the registry's order."""
+    chains = ChainReader(release.read)
+    found: dict[tuple[str, str], Family] = {}
+    architectures: dict[str, Family] = {}
+    unrecognised: dict[str, str] = {}
+    known_classes = {(_module_of(family.path), family.causal_lm) for family in known}
+    for architecture, (module, cls) in release.text_generation_models.items():
+        chain = chains.registered(module, cls)
+        if chain is None or chain.declares_eagle3:
+            continue
+        if any(chain.includes(*known_class) for known_class in known_classes):
+            continue
+        held = _held_model(chains, chain.classes)
+        if held is None:
+            unrecognised[architecture] = (
+                f"{cls} ({module}.py): no class on its chain builds a model class of its own file in "
+                "__init__ (self.model = <Model>(...)), which would be the decoder"
+            )
+            continue
+        causal_lm, attribute, model = held
+        key = (causal_lm.module, causal_lm.name)
+        types = model_types(architecture, module)
+        family = found.get(key)
+        if family is None:
+            family = Family(
+                causal_lm.name,
+                f"{causal_lm.module.replace('.', '/')}.py",
+                model.name,
+                causal_lm.name,
+                types,
+                decoder=f"self.{attribute}",
+                forward_from=_forward_from(chains, model, (*known, *found.values())),
+                runs_upstream_capture=_runs_upstream_capture(chains, model),
+            )
+        else:
+            family = _with_types(family, types)
+        found[key] = family
+        architectures[architecture] = family
+    families = tuple(found.values())
+    by_key = {(f.path, f.causal_lm): f for f in families}
+    return Discovery(
+        families,
+        {architecture: by_key[(f.path, f.causal_lm)] for architecture, f in architectures.items()},
+        unrecognised,
+    )
+
+
+def model_types(architecture: str, module: str) -> tuple[str, ...]:
+    """The model types an architecture's checkpoints name: the table's, else the module's name."""
+    return MODEL_TYPES.get(architecture, (registry_module(module).rsplit(".", 1)[-1],))
+
+
+def _held_model(chains: ChainReader, classes: tuple[ClassInfo, ...]) -> Optional[tuple[ClassInfo, str, ClassInfo]]:
+    """``(causal LM, attribute, model)``: the first class of the chain whose ``__init__`` builds a
+    class of its own file (the model, which has a ``forward`` or inherits one)."""
+    for cls in classes:
+        for attribute, callee in cls.holds:
+            model = chains.resolve(cls.module, callee)
+            if model is not None and model.module == cls.module and _is_module(chains, model):
+                inner = _inner_decoder(chains, model)
+                return (cls, f"{attribute}.{inner[0]}", inner[1]) if inner else (cls, attribute, model)
+    return None
+
+
+def _inner_decoder(chains: ChainReader, model: ClassInfo) -> Optional[tuple[str, ClassInfo]]:
+    """``(attribute, decoder)`` where ``model``'s ``forward`` loops over nothing and hands the work to
+    a class of its file that loops (``OPTModel`` -> ``self.decoder``, ``ChatGLMModel`` -> ``self.encoder``)."""
+    if model.loops or "forward" not in model.methods:
+        return None
+    for attribute, callee in model.holds:
+        inner = chains.resolve(model.module, callee)
+        if inner is not None and inner.module == model.module and inner.loops:
+            return attribute, inner
+    return None
+
+
+def _is_module(chains: ChainReader, cls: ClassInfo) -> bool:
+    """Whether ``cls`` has a ``forward`` of its own or from a model file's base."""
+    chain = chains.chain(cls.module, cls.name)
+    return chain is not None and any("forward" in c.methods for c in chain.classes)
+
+
+def _forward_from(chains: ChainReader, model: ClassInfo, families: tuple[Family, ...]) -> Optional[Family]:
+    """The family whose model's ``forward`` ``model`` runs: it has none of its own, and its first
+    base with one is that family's model (``FlashNgramModel(FlashModel)``, LongCat-Flash's)."""
+    if "forward" in model.methods:
+        return None
+    chain = chains.chain(model.module, model.name)
+    runs = next((c for c in chain.classes[1:] if "forward" in c.methods), None) if chain else None
+    return next(
+        (f for f in families if runs is not None and (_module_of(f.path), f.model) == (runs.module, runs.name)), None
+    )
+
+
+def _runs_upstream_capture(chains: ChainReader, model: ClassInfo) -> bool:
+    """Whether ``model`` has no ``forward`` and its first base with one is an upstream collecting
+    decoder of another file (``EagleModelMixin`` among its bases)."""
+    if "forward" in model.methods:
+        return False
+    chain = chains.chain(model.module, model.name)
+    runs = next((c for c in chain.classes[1:] if "forward" in c.methods), None) if chain else None
+    return runs is not None and runs.module != model.module and any(b.endswith(MIXIN) for b in runs.bases)
+
+
+def _with_types(family: Family, types: tuple[str, ...]) -> Family:
+    merged = (*family.model_types, *(t for t in types if t not in family.model_types))
+    return replace(family, model_types=merged)
+
+
+def _module_of(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")

@@ -37,8 +37,8 @@ python3 -m venv "$demo/serving" && "$demo/serving/bin/pip" install --quiet --no-
 
 step vllm-eagle3-patch "${target[@]}" status
 "$tool" "${target[@]}" status
-step vllm-eagle3-patch "${target[@]}" diff
-"$tool" "${target[@]}" diff
+step vllm-eagle3-patch "${target[@]}" diff --only DeepseekV3ForCausalLM   "# DeepSeek-V3's part; plain diff shows every file"
+"$tool" "${target[@]}" diff --only DeepseekV3ForCausalLM
 step vllm-eagle3-patch "${target[@]}" apply
 "$tool" "${target[@]}" apply
 step vllm-eagle3-patch "${target[@]}" status --check

@@ -132,6 +132,10 @@ class SpeculativeGateTarget:
     serves = None
     default_path = GATE_FILES[0]
 
+    replanned = True
+    """Planned from its original on every ``apply``: the types it admits follow the model files patched
+    (an ``apply --only`` then a plain ``apply`` widens it)."""
+
     def __init__(self, model_types: tuple[str, ...]) -> None:
         self.model_types = model_types
         self.cache_key = repr(model_types)

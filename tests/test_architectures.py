@@ -7,6 +7,7 @@ import json
 
 import pytest
 from conftest import run_on as cli
+from conftest import tree_digest
 
 from vllm_eagle3_patch.drafters.architectures import VERDICTS
 
@@ -65,7 +66,7 @@ def test_shapes_beyond_the_usual_loop(release):
 def test_apply_turns_the_patchable_into_patched(release):
     package_dir = release("0.17.1")
     before = verdicts(package_dir)
-    assert cli(package_dir, "apply", "--every-architecture", "-q").returncode == 0
+    assert cli(package_dir, "apply", "-q").returncode == 0
     after = verdicts(package_dir)
     patchable = {a for a, v in before.items() if v["verdict"] == "patchable"}
     assert patchable and {a for a, v in after.items() if v["verdict"] == "patched"} == patchable
@@ -80,3 +81,41 @@ def test_a_platform_package_is_followed_to_the_class_it_exports(release):
     """0.33.0 registers ``vllm.models.deepseek_v32``, a package importing the class per platform."""
     found = verdicts(release("0.33.0"))
     assert found["DeepseekV32ForCausalLM"]["verdict"] == "native", found["DeepseekV32ForCausalLM"]
+
+
+def changed_files(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {path for path in set(before) | set(after) if before.get(path) != after.get(path)}
+
+
+def test_apply_only_keeps_to_the_named_architectures_then_a_plain_apply_adds_the_rest(release):
+    package_dir = release("0.17.1")
+    pristine = tree_digest(package_dir)
+    only = cli(package_dir, "apply", "--only", "MixtralForCausalLM", "GPT2LMHeadModel", "--json")
+    assert only.returncode == 0, only.stderr
+    written = {p for p in changed_files(pristine, tree_digest(package_dir)) if not p.startswith(".vllm-eagle3-patch")}
+    models = "model_executor/models"
+    assert written == {f"{models}/mixtral.py", f"{models}/gpt2.py", "config/speculative.py", "v1/spec_decode/eagle.py"}
+    found = verdicts(package_dir)
+    assert found["MixtralForCausalLM"]["verdict"] == found["GPT2LMHeadModel"]["verdict"] == "patched"
+    assert found["DeepseekV3ForCausalLM"]["verdict"] == found["OlmoeForCausalLM"]["verdict"] == "patchable"
+    gate = (package_dir / "config/speculative.py").read_text()
+    assert '"mixtral"' in gate and '"gpt2"' in gate and '"olmoe"' not in gate
+    everything = cli(package_dir, "apply", "-q")
+    assert everything.returncode == 0, everything.stderr
+    found = verdicts(package_dir)
+    assert found["DeepseekV3ForCausalLM"]["verdict"] == found["OlmoeForCausalLM"]["verdict"] == "patched"
+    assert (
+        '"olmoe"' in (package_dir / "config/speculative.py").read_text()
+    )  # the gate follows the files patched with it
+    assert cli(package_dir, "revert", "-q").returncode == 0
+    assert tree_digest(package_dir) == pristine
+
+
+def test_apply_only_an_unknown_architecture_is_refused_and_nothing_changes(release):
+    package_dir = release("0.17.1")
+    pristine = tree_digest(package_dir.parent)
+    refused = cli(package_dir, "apply", "--only", "NoSuchForCausalLM")
+    assert refused.returncode != 0
+    assert "NoSuchForCausalLM: this vLLM registers no such architecture" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert tree_digest(package_dir.parent) == pristine

@@ -69,7 +69,10 @@ def test_status_json_schema(release):
         f"model_executor/models/{name}.py"
         for name in ("bailing_moe", "gemma3", "gemma3_mm", "glm4_moe", "longcat_flash", "qwen3_next")
     ]
-    assert sorted(t["file"] for t in report["targets"]) == sorted([DEEPSEEK, GATE, *families])
+    files = {t["file"] for t in report["targets"]}
+    assert files >= {DEEPSEEK, GATE, *families}
+    found = files - {DEEPSEEK, GATE, *families}  # the model files of the families found by rule
+    assert "model_executor/models/mixtral.py" in found and all(f.startswith("model_executor/models/") for f in found)
     assert all(set(t) == {"file", "state", "reason", "original"} for t in report["targets"])
     assert {t["original"] for t in report["targets"]} == {"matches-record"}
 
@@ -558,7 +561,8 @@ def test_an_unpatchable_family_file_is_left_alone_and_blocks_nothing(release):
     after = {t["file"]: t["state"] for t in json.loads(cli(package_dir, "status", "--json").stdout)["targets"]}
     assert after.pop("model_executor/models/gemma3.py") == "unsupported" and gemma3.read_bytes() == broken
     assert after.pop("model_executor/models/gemma3_mm.py") == "unsupported"
-    assert set(after.values()) == {"patched"}, after
+    found_but_unrecognised = {path for path, (state, _) in states.items() if state == "unsupported"}
+    assert {path for path, state in after.items() if state != "patched"} < found_but_unrecognised, after
     assert cli(package_dir, "revert").returncode == 0
     assert record_mismatches(package_dir) == ["vllm/model_executor/models/gemma3.py"]
 

@@ -66,21 +66,22 @@ def locked(state_dir: StateDir) -> Iterator[None]:
 
 
 def apply(
-    install: VllmInstall, options: Optional[Options], accept_modified: bool = False, every_architecture: bool = False
+    install: VllmInstall,
+    options: Optional[Options],
+    accept_modified: bool = False,
+    only: Optional[tuple[str, ...]] = None,
 ) -> Outcome:
     """Patch every target file, or refuse with nothing written.
 
     ``options`` None keeps the last apply's choices; ``accept_modified`` takes files that differ
     from vLLM's RECORD for their originals.
     """
-    plan = make_plan(install, options, accept_modified=accept_modified, every_architecture=every_architecture)
+    plan = make_plan(install, options, accept_modified=accept_modified, only=only)
     _refuse_unless_applicable(plan)
     if plan.changes:
         with locked(StateDir(install.package_dir)):
             if not plan.is_current():  # another run changed something while we waited
-                plan = make_plan(
-                    install, options, accept_modified=accept_modified, every_architecture=every_architecture
-                )
+                plan = make_plan(install, options, accept_modified=accept_modified, only=only)
             _refuse_unless_applicable(plan)
             if plan.changes:
                 return _write_patches(plan)

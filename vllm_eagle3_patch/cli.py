@@ -121,10 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for command in (apply, diff):
         command.add_argument(
-            "--every-architecture",
-            action="store_true",
-            help="also patch every architecture of vLLM's registry that the rule recognises (status "
-            "--architectures lists them, and why the others are refused), not only the registry's families",
+            "--only",
+            nargs="+",
+            metavar="ARCH",
+            help="only the model files serving these architectures (as in a checkpoint's config.json, e.g. "
+            "DeepseekV3ForCausalLM MixtralForCausalLM), beside the gate and the proposer: a smaller diff. "
+            "Without it, every architecture this vLLM registers that the tool recognises (status --architectures)",
         )
     apply.set_defaults(run=run_apply, usage_error=apply.error, aux_layers_given=False)
 
@@ -232,7 +234,7 @@ def find_install(args: argparse.Namespace) -> VllmInstall:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args), states_only=True, every_architecture=args.architectures)
+    plan = make_plan(find_install(args), states_only=True)
     model = target_model(plan, args.model) if args.model else None
     architectures = architecture_verdicts(plan) if args.architectures else None
     if args.json:
@@ -254,7 +256,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args), every_architecture=args.every_architecture)
+    plan = make_plan(find_install(args), only=only(args))
     diff = render.unified_diff(plan)
     if args.json:
         emit_json({**render.status_data(plan), "diff": diff})
@@ -276,20 +278,20 @@ def chosen_options(args: argparse.Namespace) -> Optional[Options]:
     return None
 
 
+def only(args: argparse.Namespace) -> Optional[tuple[str, ...]]:
+    return tuple(args.only) if args.only else None
+
+
 def run_apply(args: argparse.Namespace) -> int:
     install, options = find_install(args), chosen_options(args)
     if args.dry_run:
-        plan = make_plan(
-            install, options, accept_modified=args.accept_modified, every_architecture=args.every_architecture
-        )
+        plan = make_plan(install, options, accept_modified=args.accept_modified, only=only(args))
         if args.json:
             emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
         elif not args.quiet:
             render.print_plan(plan)
         return 0
-    outcome = changes.apply(
-        install, options, accept_modified=args.accept_modified, every_architecture=args.every_architecture
-    )
+    outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=only(args))
     return report(args, outcome, install)
 
 

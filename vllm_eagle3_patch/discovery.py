@@ -14,11 +14,12 @@ here (:data:`MODEL_TYPES`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
 from .codemod.family import Family
 from .eagle3.class_chain import ChainReader, ClassInfo, registry_module
 from .eagle3.release import MIXIN, Release
+from .errors import ToolError
 
 MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "CohereForCausalLM": ("cohere",),
@@ -116,6 +117,60 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
         {architecture: by_key[(f.path, f.causal_lm)] for architecture, f in architectures.items()},
         unrecognised,
     )
+
+
+def encode(discovery: Discovery) -> dict:
+    """A JSON form of ``discovery`` for the cache (``forward_from`` by family name)."""
+
+    def family(f: Family) -> dict:
+        fields = {k: v for k, v in vars(f).items() if k not in ("wrapper", "forward_from", "policy")}
+        return {**fields, "forward_from": f.forward_from.name if f.forward_from else None}
+
+    return {
+        "families": [family(f) for f in discovery.families],
+        "architectures": {a: f.name for a, f in discovery.architectures.items()},
+        "unrecognised": discovery.unrecognised,
+    }
+
+
+def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
+    """The inverse of :func:`encode`, resolving ``forward_from`` among ``known`` and the found families."""
+
+    def decode(data: object) -> Discovery:
+        assert isinstance(data, dict)
+        by_name = {f.name: f for f in known}
+        families = []
+        for entry in data["families"]:
+            forward_from = by_name[entry["forward_from"]] if entry["forward_from"] else None
+            fields = {**entry, "model_types": tuple(entry["model_types"]), "forward_from": forward_from}
+            family = Family(**fields)
+            by_name[family.name] = family
+            families.append(family)
+        architectures = {a: by_name[name] for a, name in data["architectures"].items()}
+        return Discovery(tuple(families), architectures, dict(data["unrecognised"]))
+
+    return decode
+
+
+def serving(release: Release, architectures: tuple[str, ...], families: tuple[Family, ...]) -> set[str]:
+    """The names of the ``families`` that serve ``architectures`` (``apply --only``): those whose causal
+    LM, or whose wrapper, is on the registered class's chain.  An unknown name is refused."""
+    chains = ChainReader(release.read)
+    names = set()
+    for architecture in architectures:
+        if architecture not in release.registry:
+            raise ToolError(
+                f"{architecture}: this vLLM registers no such architecture "
+                "(`status --architectures` lists the text-generation ones)"
+            )
+        chain = chains.registered(*release.registry[architecture])
+        for family in families:
+            places = [(family.path, family.causal_lm)]
+            if family.wrapper is not None:
+                places.append((family.wrapper.path, family.wrapper.cls))
+            if chain is not None and any(chain.includes(_module_of(path), cls) for path, cls in places):
+                names.add(family.name)
+    return names
 
 
 def model_types(architecture: str, module: str) -> tuple[str, ...]:

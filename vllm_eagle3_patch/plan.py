@@ -11,9 +11,8 @@ from typing import Callable, Iterable, Optional
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.verdict_cache import StateCache, default_directory
-from .discovery import Discovery, discover
-from .eagle3.release import GATE_FILES, Release
-from .eagle3.release import PROPOSER as PROPOSER_FILE
+from .discovery import Discovery, decoder, discover, encode, serving
+from .eagle3.release import Release
 from .errors import ToolError
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
@@ -98,7 +97,7 @@ def make_plan(
     *,
     states_only: bool = False,
     accept_modified: bool = False,
-    every_architecture: bool = False,
+    only: Optional[tuple[str, ...]] = None,
 ) -> Plan:
     """Look at every target file of ``install``.
 
@@ -106,8 +105,9 @@ def make_plan(
     of the earlier one unless the user gives new ones (``Options()`` is the default ids).
     ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
     text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
-    ``every_architecture`` adds the families found by rule in the release's registry (``discovery.py``);
-    a tree whose manifest names such files gets them whatever the option says.
+    The targets are the registry's families and those found by rule in the release's own registry
+    (``discovery.py``); ``only`` (architecture names, ``apply --only``) keeps the model files serving
+    those architectures, the files an earlier ``apply`` patched, the proposer and the gate.
     """
     state_dir = StateDir(install.package_dir)
     manifest, unreadable = state_dir.load_for_reading() if states_only else (state_dir.load(), None)
@@ -118,19 +118,32 @@ def make_plan(
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
     originals = Originals(install, accept_modified)
     context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable)
-    static_paths = {family.path for family in FAMILIES} | {f.wrapper.path for f in FAMILIES if f.wrapper}
-    static_paths |= {*GATE_FILES, PROPOSER_FILE}
-    applied_by_rule = manifest is not None and any(path not in static_paths for path in manifest.files)
-    discovery = discover(release, FAMILIES) if every_architecture or applied_by_rule else Discovery(())
-    files = _plan_targets(context, manifest, (*model_targets(discovery.families), PROPOSER))
+    discovery = StateCache(default_directory()).remember(
+        f"families found by rule in {install.package_dir}",
+        release,
+        lambda tree: discover(tree, FAMILIES),
+        encode,
+        decoder(FAMILIES),
+    )
+    targets = model_targets(discovery.families)
+    if only is not None:
+        wanted = serving(release, only, (*FAMILIES, *discovery.families))
+        applied = set(manifest.files) if manifest else set()
+        targets = tuple(t for t in targets if _serves(t) & wanted or t.locate(release) in applied)
+    files = _plan_targets(context, manifest, (*targets, PROPOSER))
     # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now.
-    targets = {f.family for f in files if f.state in (State.UNPATCHED, State.PATCHED)}
-    gated = tuple(t for family in discovery.families if family.name in targets for t in family.model_types)
+    eagle3 = {f.family for f in files if f.state in (State.UNPATCHED, State.PATCHED)}
+    gated = tuple(t for family in discovery.families if family.name in eagle3 for t in family.model_types)
     files += _plan_targets(context, manifest, (gate_target(gated),))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
     return Plan(install, tuple(files), manifest, options, release, discovery, unreadable)
+
+
+def _serves(target: Target) -> set[str]:
+    """The families a target's file serves (several, where causal LMs found by rule share a file)."""
+    return {family.name for family in getattr(target, "families", ())} | {target.serves or ""}
 
 
 def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:
@@ -216,8 +229,10 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
     current = (state_dir.package_dir / path).read_bytes()
     if manifested is not None and sha256(current) == manifested.sha256_after:
         original = state_dir.read_backup(path, manifested)
-        # Re-run the codemod only when the options changed: status stays a hash check.
-        desired = current if context.options == context.recorded else _text(context.verdict(target, original))
+        # Re-run the codemod only when the options changed (or the target's own inputs may have: the
+        # gate's types follow the files patched with it): status stays a hash check.
+        same = context.options == context.recorded and not getattr(target, "replanned", False)
+        desired = current if same else _text(context.verdict(target, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
         reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
         return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
@@ -282,7 +297,9 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
     counted = [f for f in files if f not in left_alone] or list(files)
     state, reason = _least_finished(counted)
     if left_alone and state is not State.UNSUPPORTED:
-        reason += "; left alone (unsupported): " + ", ".join(f.path for f in left_alone)
+        named = ", ".join(f.path for f in left_alone[:3])
+        more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
+        reason += f"; left alone (unsupported): {named}{more}"
     return state, reason
 
 

@@ -12,15 +12,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Optional, Protocol
 
+from ..eagle3.release import MARKER as MARKER  # re-exported: the codemods' name for it
 from ..eagle3.release import Release
 
 if TYPE_CHECKING:
     import libcst as cst
 
     from .outline import Outline
-
-MARKER = "vllm-eagle3-patch"
-"""The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
 
 
 class State(str, enum.Enum):

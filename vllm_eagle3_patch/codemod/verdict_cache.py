@@ -21,13 +21,14 @@ import json
 import os
 from functools import cache
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 from ..eagle3.release import ReadFile, Release
 from ..install.fileio import write_atomically
 from .target import Options, State, Target, Verdict
 
 ENVIRONMENT_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
+T = TypeVar("T")
 
 
 def default_directory() -> Optional[Path]:
@@ -77,6 +78,37 @@ class StateCache:
         except OSError:
             pass  # a read-only or full home directory: no cache, same answer
         return _state_only(verdict)
+
+    def remember(
+        self,
+        name: str,
+        release: Release,
+        compute: Callable[[Release], T],
+        encode: Callable[[T], object],
+        decode: Callable[[object], T],
+    ) -> T:
+        """``compute(release)``, or what it returned before on a tree whose files it read are the same.
+
+        For what every command needs and only reads (the families found in the registry): the answer is
+        kept with the hash of each file ``compute`` read, and reused while every one still matches.
+        """
+        if self.directory is None:
+            return compute(release)
+        path = self.directory / f"{hashlib.sha256(json.dumps([self._fingerprint(), name]).encode()).hexdigest()}"
+        path = path.with_suffix(".json")
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+            if all(_digest(release.read(relative)) == digest for relative, digest in entry["reads"].items()):
+                return decode(entry["value"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        reads: dict[str, Optional[str]] = {}
+        value = compute(release.reading_through(_recording(release.read, reads)))
+        try:
+            write_atomically(path, json.dumps({"reads": reads, "value": encode(value)}).encode("utf-8"))
+        except OSError:
+            pass
+        return value
 
     def _key(self, target: Target, source: str, options: Options) -> str:
         what = getattr(target, "cache_key", target.name)  # what the target is made of (its families, its types)

@@ -61,8 +61,6 @@ def judge(
         if chain.includes(family_module, family.causal_lm) and family.path in files:
             file = files[family.path]
             why = f": {file.reason}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
-            if family is found and file.state is State.UNPATCHED:
-                why = " (found by rule: `apply --every-architecture` patches it)"
             return verdict(
                 _FROM_STATE[file.state], f"{family.name}: {file.path} is {file.state.value}{why}", family.name
             )

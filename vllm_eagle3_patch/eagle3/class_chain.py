@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 from typing import Optional
 
-from .release import GETTERS, PROTOCOL, ReadFile
+from .release import GETTERS, MARKER, PROTOCOL, ReadFile
 
 MODELS = "model_executor.models"
 """Where the registry's bare module names live (``llama``); newer registries also name ``vllm.models.x``."""
@@ -144,12 +144,19 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
         tree = ast.parse(source)
     except SyntaxError:
         return None
+    lines = source.splitlines()
+
+    def upstream(node: ast.AST) -> bool:
+        """Not added by this tool: the chain is judged as vLLM wrote it, patched or not."""
+        first, body = node.lineno - 1, node.body[0].lineno - 1  # type: ignore[attr-defined]
+        return not any(MARKER in line for line in lines[first : max(body, first + 1)])
+
     classes = {
         node.name: ClassInfo(
             module,
             node.name,
-            tuple(_dotted(base) for base in node.bases),
-            _methods(node),
+            tuple(_dotted(base) for base in node.bases if upstream(node) or _dotted(base) != PROTOCOL),
+            frozenset(m for m in _methods(node) if upstream(_method(node, m))),
             _built_in_init(node),
             _forward_loops(node),
         )
@@ -189,6 +196,10 @@ def _dotted(node: ast.expr) -> str:
     if isinstance(node, ast.Call):
         return _dotted(node.func)
     return ""
+
+
+def _method(node: ast.ClassDef, name: str) -> ast.AST:
+    return next(s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == name)
 
 
 def _methods(node: ast.ClassDef) -> frozenset[str]:

@@ -36,6 +36,8 @@ INTERFACES = "model_executor/models/interfaces.py"
 REGISTRY = "model_executor/models/registry.py"
 RUNNER = "v1/worker/gpu_model_runner.py"
 EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
+MARKER = "vllm-eagle3-patch"
+"""The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
 PROPOSER = "v1/spec_decode/eagle.py"
 
 PROTOCOL = "SupportsEagle3"

@@ -173,7 +173,7 @@ def architecture_table(by_release: dict[str, Plan]) -> str:
     """Each architecture of the three releases after ``apply``, and each refusal's reason."""
     shown = ARCHITECTURE_RELEASES
     verdicts_of = {r: {v.architecture: v for v in architecture_verdicts(by_release[r])} for r in ARCHITECTURE_RELEASES}
-    names = sorted({a for found in verdicts_of.values() for a in found}, key=str.lower)
+    names = sorted({a for found in verdicts_of.values() for a in found}, key=lambda name: (name.lower(), name))
     lines = [
         "| architecture | " + " | ".join(ARCHITECTURE_RELEASES) + " |",
         "|---" * (len(ARCHITECTURE_RELEASES) + 1) + "|",

@@ -307,9 +307,17 @@ def test_every_family_is_judged_by_its_own_files_and_ids(release, checkpoints):
     assert "the patched default" in finding(after, "layers")["detail"]
 
 
+def test_a_model_the_rule_cannot_follow_is_a_problem_apply_cannot_fix(release, checkpoints):
+    stablelm = {**GEMMA3_TEXT, "architectures": ["StableLmForCausalLM"], "model_type": "stablelm"}
+    drafter, target = checkpoints(LLAMA_DRAFTER, stablelm)
+    vllm = finding(doctor(release("0.17.1"), drafter, target), "vLLM")
+    assert vllm["verdict"] == "problem" and "without being handed residual" in vllm["detail"], vllm
+    assert "apply" not in vllm["fix"]
+
+
 def test_a_model_this_tool_does_not_patch_is_a_note_not_a_guess(release, checkpoints):
-    mixtral = {**GEMMA3_TEXT, "architectures": ["MixtralForCausalLM"], "model_type": "mixtral"}
-    drafter, target = checkpoints(LLAMA_DRAFTER, mixtral)
+    llama = {**GEMMA3_TEXT, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}  # EAGLE-3 of its own
+    drafter, target = checkpoints(LLAMA_DRAFTER, llama)
     report = doctor(release("0.17.1"), drafter, target)
     assert finding(report, "vLLM")["verdict"] == "note"
     assert report["captured"] is None and "its own model class chooses" in finding(report, "layers")["detail"]

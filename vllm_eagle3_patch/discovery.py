@@ -137,7 +137,8 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
     """The inverse of :func:`encode`, resolving ``forward_from`` among ``known`` and the found families."""
 
     def decode(data: object) -> Discovery:
-        assert isinstance(data, dict)
+        if not isinstance(data, dict):
+            raise TypeError("not a discovery")  # the cache treats it as absent
         by_name = {f.name: f for f in known}
         families = []
         for entry in data["families"]:

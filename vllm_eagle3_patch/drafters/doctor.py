@@ -138,6 +138,10 @@ def release_finding(context: Context) -> Finding:
     if model is not None and model.family is not None and plan.state is not State.MODIFIED:
         if model.ready:
             return Finding("vLLM", Assessment.OK, f"{where}: {model.verdict()}")
+        unrecognised = next((f for f in model.files if f.state is State.UNSUPPORTED), None)
+        if unrecognised is not None:  # apply cannot help: say what was not recognised
+            detail = f"{where}: {model.verdict()}: {unrecognised.reason}"
+            return Finding("vLLM", Assessment.PROBLEM, detail, "none from this tool: a newer vLLM, or another target")
         return Finding("vLLM", Assessment.PROBLEM, f"{where}: {model.verdict()}", f"{command} apply")
     if model is not None and model.family is None:
         return Finding("vLLM", Assessment.NOTE, f"{where}: {model.verdict()}: its own model class decides")

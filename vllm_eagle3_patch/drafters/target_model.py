@@ -14,6 +14,8 @@ from typing import Optional
 
 from ..codemod.family import Family
 from ..codemod.target import State
+from ..discovery import model_types
+from ..eagle3.class_chain import ChainReader
 from ..eagle3.release import PROPOSER
 from ..errors import ToolError
 from ..patches.eagle_proposer import WRAPPER as MEDIA_TOKEN_WRAPPER
@@ -38,9 +40,13 @@ class TargetModel:
     model_type: str = ""
     """The ``hf_text_config.model_type`` the gate judges."""
     gate_admits: bool = True
+    declares_eagle3: bool = False
+    """The registered class implements EAGLE-3 itself (Llama's and every class inheriting it)."""
 
     @property
     def ready(self) -> bool:
+        if self.declares_eagle3:
+            return self.gate_admits
         return self.family is not None and self.gate_admits and all(f.state in READY for f in self.files)
 
     @property
@@ -53,6 +59,13 @@ class TargetModel:
         where = f" ({self.module}.py)" if self.module else ""
         if self.module is None:
             return f"{self.architecture}: not in this vLLM's model registry"
+        if self.declares_eagle3:
+            if self.gate_admits:
+                return f"{self.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
+            return (
+                f"{self.architecture}{where}: not an EAGLE-3 target yet (its class implements EAGLE-3, but the "
+                f"speculative-config gate refuses model type {self.model_type!r})"
+            )
         if self.family is None:
             return f"{self.architecture}{where}: not a model family this tool patches"
         if self.ready:
@@ -76,6 +89,15 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     entry = plan.release.registry.get(architecture)
     module = entry[0] if entry else None
     family, wrapper = _family_of(module)
+    if family is None:
+        family = plan.discovery.architectures.get(architecture)  # found by rule in the registry
+    if family is None and entry is not None:
+        chain = ChainReader(plan.release.read).registered(*entry)
+        if chain is not None and chain.declares_eagle3:
+            model_type = str(config.text.get("model_type", "")) if config else model_types(architecture, entry[0])[0]
+            return TargetModel(
+                architecture, module, None, (), model_type, plan.release.gate_admits(model_type), declares_eagle3=True
+            )
     if family is None and config is not None:
         family = _family_of_type(str(config.text.get("model_type", "")))
         module = PurePosixPath(family.path).stem if family else module

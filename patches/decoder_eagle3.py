@@ -54,6 +54,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
+from vllm_eagle3_patch.codemod.outline import Function
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
@@ -116,6 +117,8 @@ class DecoderEagle3:
         tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, stack, tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
+        # last, so that a loop the codemod cannot follow is named first
+        _require_shared_embedding(_outer_model(tree, self.family) or model, self.family)
         return tree
 
     def patch_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
@@ -241,6 +244,55 @@ class DecoderEagle3:
             causal_lm = add_base(causal_lm, PROTOCOL)
         methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, *stack)
         return add_methods(causal_lm, methods, tree)
+
+
+PROPOSER_EMBEDDINGS = ("embed_tokens", "embedding")
+"""Where vLLM's EAGLE proposer takes the target's token embedding to share it with the drafter: it reads
+``target.model.embed_tokens`` (or ``.embedding``) and raises on a target without one, on every release."""
+
+
+def _require_shared_embedding(model: cst.ClassDef, family: Family) -> None:
+    """The proposer must find the embedding where it looks, or the drafter never loads: the decoder in
+    ``self.model``, building ``self.embed_tokens`` (or ``self.embedding``) itself or in a base it inherits."""
+    name = model.name.value
+    if family.decoder.split(".")[:2] != ["self", "model"]:
+        raise Unrecognised(
+            f"{family.causal_lm} keeps {name} in {family.decoder}, but vLLM's EAGLE proposer takes the target's "
+            "embedding from self.model.embed_tokens, and refuses a target without one"
+        )
+    inherited = [base for base in model.bases if not _is_interface(base.value)]
+    built = find(
+        method(model, "__init__"),
+        cst.Attribute,
+        lambda node: any(is_self_attribute(node, embedding) for embedding in PROPOSER_EMBEDDINGS),
+    )
+    if not inherited and not built:
+        raise Unrecognised(
+            f"{name} builds no self.embed_tokens (nor self.embedding), where vLLM's EAGLE proposer takes the "
+            "target's embedding to share it with the drafter, refusing a target without one"
+        )
+
+
+def _outer_model(tree: cst.Module, family: Family) -> Optional[cst.ClassDef]:
+    """Where the decoder sits inside the model (``self.model.decoder``: OPT's), the model class the causal
+    LM builds in ``self.model``: the one the proposer reads the embedding from."""
+    if family.decoder.count(".") < 2:
+        return None
+    init = method(top_level_class(tree, family.causal_lm), "__init__")
+    for line in find_statements(init, cst.SimpleStatementLine, lambda line: True):
+        statement = sole_statement(line)
+        target = assigned(statement)
+        if target is not None and is_self_attribute(target, "model") and isinstance(statement.value, cst.Call):  # type: ignore[union-attr]
+            callee = statement.value.func  # type: ignore[union-attr]
+            if is_name(callee):
+                return top_level_class(tree, callee.value)  # type: ignore[attr-defined]
+    return None
+
+
+def _is_interface(base: cst.BaseExpression) -> bool:
+    """``nn.Module`` and the interfaces and mixins beside it: bases that build no layers."""
+    name = base.attr.value if isinstance(base, cst.Attribute) else base.value if isinstance(base, cst.Name) else ""
+    return name == "Module" or name.startswith("Supports") or name.endswith(("Mixin", "Protocol"))
 
 
 def _collects_global_ids(model: cst.ClassDef) -> bool:
@@ -582,13 +634,14 @@ class DecoderTarget(SingleFileTarget):
                     require_patchable(family.forward_from, release, options)
 
         models = {family.model for family in families}
-        return judge(
-            source,
-            codemod,
-            native=native,
-            preconditions=preconditions,
-            reads=lambda function: function.cls in models and function.name in ("__init__", "forward"),
-        )
+        nested = {family.causal_lm for family in families if family.decoder.count(".") >= 2}  # see _outer_model
+
+        def reads(function: Function) -> bool:
+            if nested and function.name == "__init__":  # the causal LM's and the model's it builds
+                return True
+            return function.cls in models and function.name in ("__init__", "forward")
+
+        return judge(source, codemod, native=native, preconditions=preconditions, reads=reads)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from libcst.codemod import CodemodTest
 from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.family import Family, Wrapper
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.target import Options, State, Unrecognised
 from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
@@ -34,6 +34,7 @@ class ToyModel(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.embed_tokens = make_embedding(config)
         self.layers = make_layers(config)
 
     def forward(self, positions, intermediate_tensors):
@@ -123,6 +124,7 @@ class ToyModel(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.embed_tokens = make_embedding(config)
         self.layers = make_layers(config)
         self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch
 
@@ -193,10 +195,11 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
         assert "layers = (1, 5, 9)  # vllm-eagle3-patch apply --aux-layers" in after
         assert "must lie in 0..{num_layers}" in after
 
-    def test_the_decoder_attribute_comes_from_the_family(self) -> None:
+    def test_a_decoder_outside_self_model_is_refused(self) -> None:
+        """vLLM's EAGLE proposer takes the target's embedding from ``self.model``: elsewhere, no drafter loads."""
         family = Family("Toy", TOY.path, "ToyModel", "ToyForCausalLM", ("toy",), decoder="self.backbone")
-        after = DecoderEagle3(family).transform_module(cst.parse_module(source())).code
-        assert after.endswith(methods_as_added("self.backbone")), after
+        with pytest.raises(Unrecognised, match="keeps ToyModel in self.backbone"):
+            DecoderEagle3(family).transform_module(cst.parse_module(source()))
 
 
 def test_slice_loop_and_four_argument_call_keep_their_names():
@@ -473,6 +476,7 @@ def test_ids_declared_on_the_class_come_first_after_the_docstring(docstring: str
 UPSTREAM_INIT = """\
     def __init__(self, config):
         super().__init__()
+        self.embed_tokens = make_embedding(config)
         self.layers = make_layers(config)
         self.aux_hidden_state_layers: tuple[int, ...] = ()
 """
@@ -497,7 +501,10 @@ UPSTREAM_TAIL = NORM_TAIL.replace(
 
 def upstream_collecting_source() -> str:
     """Shaped like Qwen3-Next on 0.18-0.19: upstream's forward captures the ids, its causal LM lacks the methods."""
-    init = "    def __init__(self, config):\n        super().__init__()\n        self.layers = make_layers(config)\n"
+    init = (
+        "    def __init__(self, config):\n        super().__init__()\n"
+        "        self.embed_tokens = make_embedding(config)\n        self.layers = make_layers(config)\n"
+    )
     return source(loop=UPSTREAM_COLLECTING_LOOP, tail=UPSTREAM_TAIL).replace(init, UPSTREAM_INIT)
 
 

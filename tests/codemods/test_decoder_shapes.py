@@ -29,6 +29,7 @@ class ToyModel(nn.Module):
 
     def __init__(self):
         super().__init__()
+        self.embed_tokens = None
 
     def forward(self, positions, hidden_states):
         residual = None
@@ -174,8 +175,8 @@ def test_the_patched_loop_captures_the_stream_entering_each_id_and_id_n(shape):
 
 @pytest.mark.parametrize("shape", ["pair-islice", "single-h-gpt2", "no-pipeline-single"])
 def test_the_methods_reach_the_decoder_under_its_own_attributes(shape):
-    """``self.transformer.h`` (GPT-2), ``self.model.layers``; no pipeline check where there is no stage."""
-    decoder = "transformer" if shape == "single-h-gpt2" else "model"
+    """``self.model.h``, ``self.model.layers``; no pipeline check where there is no stage."""
+    decoder = "model"
     patched = DecoderEagle3(family(f"self.{decoder}"), protocol=False, getter="get_ids").transform_module(
         cst.parse_module(source(shape, decoder))
     )
@@ -205,6 +206,22 @@ def test_two_causal_lms_holding_one_model_patch_it_once():
 
 class Eagle3:
     """Stands in for vLLM's ``SupportsEagle3`` protocol."""
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (source("single-h-gpt2", decoder="transformer"), "keeps ToyModel in self.transformer"),
+        (source("pair-islice").replace("        self.embed_tokens = None\n", ""), "builds no self.embed_tokens"),
+    ],
+    ids=["decoder-not-in-self-model", "no-embedding"],
+)
+def test_a_target_whose_embedding_the_proposer_cannot_find_is_refused(code, reason):
+    """vLLM's EAGLE proposer shares ``target.model.embed_tokens`` with the drafter and raises without it."""
+    verdict = DecoderTarget(family(decoder="self.transformer" if "transformer" in reason else "self.model")).examine(
+        code, reader(), Options()
+    )
+    assert verdict.state is State.UNSUPPORTED and reason in verdict.reason, verdict.reason
 
 
 def test_a_pair_not_handed_the_residual_is_refused():

@@ -25,6 +25,7 @@ class DeepseekV2Model(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.embed_tokens = make_embedding(config)
         self.layers = make_layers(config)
 
     def forward(self, positions, intermediate_tensors):
@@ -65,6 +66,7 @@ class DeepseekV2Model(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        self.embed_tokens = make_embedding(config)
         self.layers = make_layers(config)
         self.aux_hidden_state_layers = tuple[int, ...]()  # vllm-eagle3-patch
 

@@ -202,23 +202,6 @@ TARGETS: dict[str, TinyTarget] = {
             "pad_token_id": 2,
         },
     ),
-    "gpt2": TinyTarget(  # self.transformer.h, layers that add their own residual (one tensor out)
-        "GPT2LMHeadModel",
-        "GPT2Config",
-        {"n_inner": 128, "num_attention_heads": 2, "tie_word_embeddings": True, "activation_function": "gelu_new"},
-    ),
-    "opt": TinyTarget(  # the loop is in OPTDecoder, inside OPTModel: self.model.decoder
-        "OPTForCausalLM",
-        "OPTConfig",
-        {
-            "ffn_dim": 128,
-            "num_attention_heads": 2,
-            "word_embed_proj_dim": HIDDEN,
-            "do_layer_norm_before": True,
-            "tie_word_embeddings": True,
-            "pad_token_id": 2,
-        },
-    ),
 }
 """The families a tiny target can be built for, by ``model_type``."""
 
@@ -368,11 +351,21 @@ def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:
     return {"trajectories": trajectories, "states": states, "min_logit_margin": min(margins)}
 
 
+def decoder_layers(model: Any) -> Any:
+    """The model's list of decoder layers, wherever its class keeps it (``model.layers``, GPT-2's
+    ``transformer.h``, OPT's ``model.decoder.layers``): the one ``ModuleList`` as long as the layer count."""
+    import torch
+
+    count = model.config.num_hidden_layers
+    (layers,) = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count][:1]
+    return layers
+
+
 def hidden_states_at(model: Any, sequence: Any, layer_ids: Sequence[int]) -> list[list[list[float]]]:
     """``[position][layer id in order][hidden]`` for one sequence."""
     import torch
 
-    layers = model.model.layers
+    layers = decoder_layers(model)
     last_output: list[Any] = []
     hook = layers[-1].register_forward_hook(lambda module, args, output: last_output.append(output))
     try:

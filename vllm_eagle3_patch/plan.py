@@ -117,7 +117,7 @@ def make_plan(
     release = Release(install.package_dir)
     examine: Examine = StateCache(default_directory()).examine if states_only else _examine
     originals = Originals(install, accept_modified)
-    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable)
+    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable, states_only)
     discovery = StateCache(default_directory()).remember(
         f"families found by rule in {install.package_dir}",
         release,
@@ -215,6 +215,8 @@ class FileContext:
     examine: Examine
     originals: Originals
     unreadable_state: Optional[str] = None
+    states_only: bool = False
+    """``status``: no patched texts, so nothing is replanned (a patched file is a hash check)."""
 
     def verdict(self, target: Target, data: bytes) -> Verdict:
         try:
@@ -231,7 +233,8 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         original = state_dir.read_backup(path, manifested)
         # Re-run the codemod only when the options changed (or the target's own inputs may have: the
         # gate's types follow the files patched with it): status stays a hash check.
-        same = context.options == context.recorded and not getattr(target, "replanned", False)
+        replanned = getattr(target, "replanned", False) and not context.states_only
+        same = context.options == context.recorded and not replanned
         desired = current if same else _text(context.verdict(target, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
         reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")

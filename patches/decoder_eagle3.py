@@ -25,6 +25,7 @@ ids (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods), only id ``end_
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Optional
 
@@ -107,6 +108,9 @@ class DecoderEagle3:
     getter: str = GETTER
     with_model: bool = True
     """False where another family of the same file holds the same model and has patched it already."""
+    layers_add_the_residual: bool = False
+    """The model's layers take a residual but never read it (they add their own, EXAONE-4's post-norm layers):
+    the ``hidden_states`` they return is the whole stream (see :func:`layers_ignoring_the_residual`)."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
@@ -163,7 +167,7 @@ class DecoderEagle3:
         model = self.family.model
         body = list(forward.body.body)
         loop = _decoder_loop(body, model, staged)
-        state = _residual_stream(loop, model)
+        state = _residual_stream(loop, model, self.layers_add_the_residual)
         collected = _upstream_capture(loop)
         if collected is not None:
             return self.capture_last_too(forward, loop, collected, state, tree)
@@ -516,14 +520,14 @@ def _upstream_capture(loop: Loop) -> Optional[str]:
     return None
 
 
-def _residual_stream(loop: Loop, model: str) -> str:
-    """The expression of the residual stream between two layers, from the layer call.
+def _residual_stream(loop: Loop, model: str, layers_add_the_residual: bool = False) -> str:
+    """The expression of the residual stream between two layers: what the next layer is handed.
 
-    ``hidden_states, residual = layer(..., residual)``: the layer hands the residual on beside
-    its output (vLLM's fused add-norm), so the stream is their sum (``hidden_states`` alone before
-    the first layer).  ``hidden_states = layer(...)``: the layer adds its residual itself, and its
-    output is the stream.  A pair returned by a layer that is not handed the residual back is
-    something else, which structure cannot tell: refused.
+    ``hidden_states, residual = layer(..., residual)``: the layer hands the residual on beside its output
+    (vLLM's fused add-norm), so the stream is their sum (``hidden_states`` alone before the first layer),
+    unless the layers never read the residual they are given (``layers_add_the_residual``).
+    ``hidden_states = layer(...)``, or a pair whose second part the next layer is not handed (StableLM): the
+    next layer sees ``hidden_states`` alone, so that is the stream.
     """
     calls = [s for s in loop.node.body.body if _layer_call_targets(sole_statement(s), loop.layer) is not None]
     line: cst.SimpleStatementLine = only(
@@ -533,15 +537,43 @@ def _residual_stream(loop: Loop, model: str) -> str:
     assert names is not None
     if loop.global_id in names:
         raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
-    if len(names) == 1:
-        return names[0]
-    hidden, residual = names
-    if residual not in names_in(line.body[0].value):  # type: ignore[attr-defined]
-        raise Unrecognised(
-            f"{model}.forward's layers return ({hidden}, {residual}) without being handed {residual}: "
-            "which of them is the residual stream is not recognised"
-        )
-    return f"{hidden} if {residual} is None else {hidden} + {residual}"
+    hidden = names[0]
+    if len(names) == 1 or layers_add_the_residual or names[1] not in names_in(line.body[0].value):  # type: ignore[attr-defined]
+        return hidden
+    return f"{hidden} if {names[1]} is None else {hidden} + {names[1]}"
+
+
+def layers_ignoring_the_residual(source: str, model: str) -> bool:
+    """Whether the layer classes ``model``'s ``__init__`` builds (classes of the file) take a ``residual``
+    and never read it: their ``forward`` assigns it before any use (``residual = hidden_states`` first).
+    Read with :mod:`ast` from the whole source, whose layer bodies the codemod's outline sets aside."""
+    tree = ast.parse(source)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    init = _ast_method(classes.get(model), "__init__")
+    built = (
+        {n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        if init
+        else set()
+    )
+    forwards = [_ast_method(classes[name], "forward") for name in built if name in classes and name != model]
+    takers = [f for f in forwards if f is not None and "residual" in {a.arg for a in f.args.args}]
+    return bool(takers) and all(_assigns_before_reading(f, "residual") for f in takers)
+
+
+def _ast_method(cls: Optional[ast.ClassDef], name: str) -> Optional[ast.FunctionDef]:
+    if cls is None:
+        return None
+    return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == name), None)
+
+
+def _assigns_before_reading(function: ast.FunctionDef, name: str) -> bool:
+    for statement in function.body:
+        loads = [n for n in ast.walk(statement) if isinstance(n, ast.Name) and n.id == name]
+        if not loads:
+            continue
+        stores_only = isinstance(statement, ast.Assign) and all(isinstance(n.ctx, ast.Store) for n in loads)
+        return stores_only
+    return False
 
 
 def _layer_call_targets(statement: Optional[cst.BaseSmallStatement], callee: str) -> Optional[tuple[str, ...]]:
@@ -623,7 +655,14 @@ class DecoderTarget(SingleFileTarget):
                 raise Unrecognised(release.no_eagle3)
             return FileCodemod(
                 tuple(
-                    DecoderEagle3(family, interface.protocol, options.aux_layers, interface.getter, with_model)
+                    DecoderEagle3(
+                        family,
+                        interface.protocol,
+                        options.aux_layers,
+                        interface.getter,
+                        with_model,
+                        _layers_ignore_residual(source, family.model),
+                    )
                     for family, with_model in zip(families, _first_of_each_model(families))
                 )
             )
@@ -642,6 +681,13 @@ class DecoderTarget(SingleFileTarget):
             return function.cls in models and function.name in ("__init__", "forward")
 
         return judge(source, codemod, native=native, preconditions=preconditions, reads=reads)
+
+
+def _layers_ignore_residual(source: str, model: str) -> bool:
+    try:
+        return layers_ignoring_the_residual(source, model)
+    except SyntaxError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -56,15 +56,23 @@ def test_most_registered_architectures_are_eagle3_targets_and_the_others_say_why
 
 
 def test_shapes_beyond_the_usual_loop(release):
-    """Layers returning one tensor (OLMo 2, Granite), loops without stages (Bamba), a model class given as a
-    parameter's default found (InternLM2) but refused for its embedding's name, GPT-2's ``self.transformer``
-    refused (vLLM's proposer shares ``self.model.embed_tokens``), StableLM's pair refused with the reason."""
+    """Layers returning one tensor (OLMo 2, Granite), loops without stages (Bamba), layers adding their own
+    residual (StableLM, EXAONE-4), a model class given as a parameter's default found (InternLM2) but refused
+    for its embedding's name, GPT-2's ``self.transformer`` refused (vLLM's proposer shares
+    ``self.model.embed_tokens``)."""
     found = verdicts(release("0.17.1"))
-    for architecture in ("Olmo2ForCausalLM", "GraniteForCausalLM", "BambaForCausalLM", "Exaone4ForCausalLM"):
+    patchable = (
+        "Olmo2ForCausalLM",
+        "GraniteForCausalLM",
+        "BambaForCausalLM",
+        "Exaone4ForCausalLM",
+        "StableLmForCausalLM",
+    )
+    for architecture in patchable:
         assert found[architecture]["verdict"] == "patchable", found[architecture]
+    assert found["StableLmForCausalLM"]["verdict"] == "patchable", found["StableLmForCausalLM"]
     assert "keeps GPT2Model in self.transformer" in found["GPT2LMHeadModel"]["reason"]
     assert "InternLM2Model builds no self.embed_tokens" in found["InternLM2ForCausalLM"]["reason"]
-    assert "without being handed residual" in found["StableLmForCausalLM"]["reason"]
 
 
 def test_apply_turns_the_patchable_into_patched(release):

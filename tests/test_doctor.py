@@ -308,10 +308,10 @@ def test_every_family_is_judged_by_its_own_files_and_ids(release, checkpoints):
 
 
 def test_a_model_the_rule_cannot_follow_is_a_problem_apply_cannot_fix(release, checkpoints):
-    stablelm = {**GEMMA3_TEXT, "architectures": ["StableLmForCausalLM"], "model_type": "stablelm"}
-    drafter, target = checkpoints(LLAMA_DRAFTER, stablelm)
+    gpt2 = {**GEMMA3_TEXT, "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}
+    drafter, target = checkpoints(LLAMA_DRAFTER, gpt2)
     vllm = finding(doctor(release("0.17.1"), drafter, target), "vLLM")
-    assert vllm["verdict"] == "problem" and "without being handed residual" in vllm["detail"], vllm
+    assert vllm["verdict"] == "problem" and "keeps GPT2Model in self.transformer" in vllm["detail"], vllm
     assert "apply" not in vllm["fix"]
 
 

@@ -224,10 +224,52 @@ def test_a_target_whose_embedding_the_proposer_cannot_find_is_refused(code, reas
     assert verdict.state is State.UNSUPPORTED and reason in verdict.reason, verdict.reason
 
 
-def test_a_pair_not_handed_the_residual_is_refused():
-    """StableLM's layers return ``(hidden_states, residual)`` without taking the residual: which is
-    the stream is not something the structure says."""
-    code = source("pair-islice").replace(PAIR_CALL, "hidden_states, residual = layer(positions, hidden_states)")
-    verdict = DecoderTarget(family()).examine(code, reader(), Options())
-    assert verdict.state is State.UNSUPPORTED
-    assert "without being handed residual" in verdict.reason
+class StreamLayer:
+    """Returns ``(the new stream, something else)``: StableLM's layers (not handed a residual) and EXAONE-4's
+    (handed one, never reading it) both add their residual themselves."""
+
+    def __init__(self, index: int, received: list[float], outputs: list[float]) -> None:
+        self.index, self.received, self.outputs = index, received, outputs
+
+    def __call__(self, positions: Any, hidden_states: float, residual: Any = None) -> tuple[float, float]:
+        self.received.append(hidden_states)
+        self.outputs.append(hidden_states * (self.index + 2) + 1.0)
+        return self.outputs[-1], hidden_states
+
+
+EXAONE_LAYER = """
+
+class ToyDecoderLayer(nn.Module):
+
+    def forward(self, positions, hidden_states, residual):
+        residual = hidden_states
+        hidden_states = residual + self.mlp(hidden_states)
+        return hidden_states, residual
+"""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        source("pair-islice").replace(PAIR_CALL, "hidden_states, residual = layer(positions, hidden_states)"),
+        source("pair-islice").replace("self.embed_tokens = None", "self.embed_tokens = None\n        ToyDecoderLayer()")
+        + EXAONE_LAYER,
+    ],
+    ids=["not-handed-the-residual", "never-reads-the-residual"],
+)
+def test_layers_that_add_their_own_residual_hand_on_the_stream_in_hidden_states(code):
+    """The stream is what the next layer is given: ``hidden_states`` alone, when the layers are not handed
+    the residual (StableLM) or never read it (EXAONE-4's post-norm layers)."""
+    target = DecoderTarget(family())
+    verdict = target.examine(code, reader(), Options())
+    assert verdict.state is State.UNPATCHED, verdict.reason
+    patched = verdict.patched.replace("from vllm.model_executor.models.interfaces import SupportsEagle3", "")
+    model = object.__new__(load(patched)["ToyModel"])
+    received: list[float] = []
+    outputs: list[float] = []
+    model.layers = [StreamLayer(i, received, outputs) for i in range(N)]
+    model.start_layer, model.end_layer = 0, N
+    model.norm = lambda h, r: (h * 0.5, None)
+    model.aux_hidden_state_layers = (0, 3, N)
+    _, states = model.forward(None, 1.0)
+    assert states == [received[0], received[3], outputs[-1]]

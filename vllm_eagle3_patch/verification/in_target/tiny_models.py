@@ -185,6 +185,7 @@ TARGETS: dict[str, TinyTarget] = {
             "sliding_window": 8,
             "attn_logit_softcapping": None,
             "final_logit_softcapping": None,
+            "hidden_act": "gelu_pytorch_tanh",  # vLLM 0.17.1 reads it; transformers 4.57 says hidden_activation
             "tie_word_embeddings": True,
             "pad_token_id": 2,
             "initializer_range": 0.02,

@@ -37,17 +37,20 @@ def test_patch_verify_revert(version, interpreter, release, request):
     assert before["vllm_version"] == version
     assert before["state"] == "unpatched", before
     targets = {t["file"]: t["state"] for t in before["targets"]}
-    assert set(targets.values()) == {"unpatched"}, targets  # the model, the gate, Kimi-K2.5 (0.15.0+)
-    assert "model_executor/models/deepseek_v2.py" in targets
+    # the model, the gate, Kimi-K2.5 (0.15.0+), the families; files the rule cannot follow are left alone
+    assert set(targets.values()) <= {"unpatched", "unsupported"}, targets
+    assert targets["model_executor/models/deepseek_v2.py"] == "unpatched"
+    left_alone = {f: (package_dir / f).read_bytes() for f, s in targets.items() if s == "unsupported"}
 
     applied = run_cli("--vllm-dir", str(package_dir), "apply")
     assert applied.returncode == 0, applied.stderr
     after = status(package_dir)
     assert after["state"] == "patched", after
     for target in after["targets"]:
-        assert target["state"] in ("patched", "native"), target
+        assert target["state"] in ("patched", "native") or target["file"] in left_alone, target
         path = package_dir / target["file"]
         compile(path.read_bytes(), str(path), "exec")
+    assert {f: (package_dir / f).read_bytes() for f in left_alone} == left_alone
 
     inner = run_inside(python, package_dir)
     assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]

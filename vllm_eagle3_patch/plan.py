@@ -300,6 +300,8 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
     counted = [f for f in files if f not in left_alone] or list(files)
     state, reason = _least_finished(counted)
     if left_alone and state is not State.UNSUPPORTED:
+        registry = {family.name for family in FAMILIES}
+        left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
         named = ", ".join(f.path for f in left_alone[:3])
         more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
         reason += f"; left alone (unsupported): {named}{more}"

@@ -285,13 +285,6 @@ REFUSED = [
         id="range-index-reassigned",
     ),
     pytest.param(
-        source(
-            loop=ISLICE_LOOP.replace("layer(positions, hidden_states, residual)", "layer(positions, hidden_states)")
-        ),
-        "without being handed residual",
-        id="pair-not-handed-the-residual",  # which one is the stream, structure cannot tell (StableLM)
-    ),
-    pytest.param(
         source(tail=NORM_TAIL.replace("return hidden_states", "return hidden_states, residual")),
         "to end with `return <hidden states>`",
         id="returns-a-pair",

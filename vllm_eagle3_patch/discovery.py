@@ -75,7 +75,7 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     that no family of ``known`` serves, keyed by (file, causal LM); in the registry's order."""
     chains = ChainReader(release.read)
     found: dict[tuple[str, str], Family] = {}
-    architectures: dict[str, Family] = {}
+    architectures: dict[str, tuple[str, str]] = {}
     unrecognised: dict[str, str] = {}
     known_classes = {(_module_of(family.path), family.causal_lm) for family in known}
     for architecture, (module, cls) in release.text_generation_models.items():
@@ -109,14 +109,8 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
         else:
             family = _with_types(family, types)
         found[key] = family
-        architectures[architecture] = family
-    families = tuple(found.values())
-    by_key = {(f.path, f.causal_lm): f for f in families}
-    return Discovery(
-        families,
-        {architecture: by_key[(f.path, f.causal_lm)] for architecture, f in architectures.items()},
-        unrecognised,
-    )
+        architectures[architecture] = key  # the family's last form: its types grow with each architecture
+    return Discovery(tuple(found.values()), {a: found[key] for a, key in architectures.items()}, unrecognised)
 
 
 def encode(discovery: Discovery) -> dict:

@@ -75,6 +75,25 @@ def assert_decoded(run: dict[str, Any]) -> None:
     assert run["ok"], run["error"] + "\n" + run.get("traceback", "")
 
 
+def assert_lossless(run: dict[str, Any], without_drafter: dict[str, Any]) -> None:
+    """Speculation changed nothing: the same greedy tokens as the run without a drafter, drafts proposed."""
+    assert_decoded(run)
+    assert run["tokens"] == without_drafter["tokens"]
+    assert run["draft_tokens"] > 0, "no drafts were proposed"
+
+
+def assert_every_draft_accepted(run: dict[str, Any]) -> None:
+    """The state-dependent drafter, fed its layers, drafts what the target produces."""
+    assert_decoded(run)
+    assert run["accepted_tokens"] == run["draft_tokens"] > 0, run
+
+
+def assert_nothing_accepted(run: dict[str, Any]) -> None:
+    """The blind drafter drafts token 0, which the target never produces."""
+    assert_decoded(run)
+    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, run
+
+
 def assert_states_match(run: dict[str, Any], reference: dict[str, Any], id_set: str) -> None:
     """The first drafter call (the prompts' prefill) received transformers' hidden states."""
     states = reference["sets"][id_set]["states"]

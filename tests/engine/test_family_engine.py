@@ -24,6 +24,9 @@ from engine_harness import (
     INTERFACE_ERROR,
     TORCH_OF_RELEASE,
     assert_decoded,
+    assert_every_draft_accepted,
+    assert_lossless,
+    assert_nothing_accepted,
     assert_states_match,
     build_models,
     generated,
@@ -193,22 +196,15 @@ def test_patched_engine_decodes_as_transformers_does(family_engine: FamilyRuns, 
 
 @pytest.mark.parametrize("drafter", [STATE_DEPENDENT, BLIND])
 def test_speculation_is_lossless(family_engine: FamilyRuns, family: str, drafter: str) -> None:
-    run = family_engine.runs[family, drafter]
-    assert_decoded(run)
-    assert run["tokens"] == family_engine.runs[family, NO_DRAFTER]["tokens"]
-    assert run["draft_tokens"] > 0, "no drafts were proposed"
+    assert_lossless(family_engine.runs[family, drafter], family_engine.runs[family, NO_DRAFTER])
 
 
 def test_drafter_fed_its_layers_gets_every_draft_accepted(family_engine: FamilyRuns, family: str) -> None:
-    run = family_engine.runs[family, STATE_DEPENDENT]
-    assert_decoded(run)
-    assert run["accepted_tokens"] == run["draft_tokens"] > 0, run
+    assert_every_draft_accepted(family_engine.runs[family, STATE_DEPENDENT])
 
 
 def test_blind_drafter_gets_nothing_accepted(family_engine: FamilyRuns, family: str) -> None:
-    run = family_engine.runs[family, BLIND]
-    assert_decoded(run)
-    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, run
+    assert_nothing_accepted(family_engine.runs[family, BLIND])
 
 
 def test_drafter_gets_transformers_hidden_states(family_engine: FamilyRuns, family: str) -> None:

@@ -25,6 +25,9 @@ from engine_harness import (
     INTERFACE_ERROR,
     TORCH_OF_RELEASE,
     assert_decoded,
+    assert_every_draft_accepted,
+    assert_lossless,
+    assert_nothing_accepted,
     assert_states_match,
     build_models,
     generated,
@@ -124,22 +127,15 @@ def test_patched_engine_decodes_as_transformers_does(rule_engine: RuleRuns, mode
 
 @pytest.mark.parametrize("drafter", [STATE_DEPENDENT, BLIND])
 def test_speculation_is_lossless(rule_engine: RuleRuns, model: str, drafter: str) -> None:
-    run = rule_engine.runs[model, drafter]
-    assert_decoded(run)
-    assert run["tokens"] == rule_engine.runs[model, NO_DRAFTER]["tokens"]
-    assert run["draft_tokens"] > 0, "no drafts were proposed"
+    assert_lossless(rule_engine.runs[model, drafter], rule_engine.runs[model, NO_DRAFTER])
 
 
 def test_drafter_fed_its_layers_gets_every_draft_accepted(rule_engine: RuleRuns, model: str) -> None:
-    run = rule_engine.runs[model, STATE_DEPENDENT]
-    assert_decoded(run)
-    assert run["accepted_tokens"] == run["draft_tokens"] > 0, run
+    assert_every_draft_accepted(rule_engine.runs[model, STATE_DEPENDENT])
 
 
 def test_blind_drafter_gets_nothing_accepted(rule_engine: RuleRuns, model: str) -> None:
-    run = rule_engine.runs[model, BLIND]
-    assert_decoded(run)
-    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, run
+    assert_nothing_accepted(rule_engine.runs[model, BLIND])
 
 
 def test_drafter_gets_transformers_hidden_states(rule_engine: RuleRuns, model: str) -> None:

@@ -81,16 +81,12 @@ class ChainReader:
             classes.append(cls)
             base_names.update(base.rsplit(".", 1)[-1] for base in cls.bases)
             for base in cls.bases:
-                found = self._resolve(cls.module, base)
+                found = self.resolve(cls.module, base)
                 if found is not None:
                     pending.append(found)
         return Chain(tuple(classes), frozenset(base_names))
 
     def resolve(self, module: str, base: str) -> Optional[ClassInfo]:
-        """The class ``base`` names in ``module`` (defined there, or imported from another model file)."""
-        return self._resolve(module, base)
-
-    def _resolve(self, module: str, base: str) -> Optional[ClassInfo]:
         """``base`` as named in ``module``: a class of that file, or one it imports from another model file."""
         parsed = self._module(module)
         if parsed is None:

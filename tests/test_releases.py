@@ -145,16 +145,8 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert status(package_dir)["state"] == "unpatched"
 
 
-PROPOSER_CANNOT_SHARE = {"model_executor/models/bailing_moe.py"}
-"""Family files left alone: ``BailingMoeModel`` keeps its embedding in ``self.word_embeddings``, and vLLM's EAGLE
-proposer, which takes the target's ``model.embed_tokens`` (or ``.embedding``) to share it with the drafter,
-raises without one: no Ling drafter could load, so the tool refuses to make it a target."""
-
-
 def expected_family_state(path: str, version: str) -> str:
     release = Version(version)
-    if path in PROPOSER_CANNOT_SHARE:
-        return "unsupported"
     if path in UPSTREAM_FROM and release >= Version(UPSTREAM_FROM[path]):
         return "native"
     return "unpatched"

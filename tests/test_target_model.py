@@ -60,15 +60,15 @@ def test_qwen3_next_half_native_is_patched_into_a_target(release):
 
 def test_models_this_tool_does_not_know_are_said_so(release):
     package_dir = release("0.17.1")
-    code, model = check(package_dir, "GPT2LMHeadModel")  # vLLM's proposer cannot share its embedding
-    assert code == 1 and model["module"] == "gpt2" and "gpt2.py is unsupported" in model["verdict"], model
+    code, model = check(package_dir, "OuroForCausalLM")  # runs its layers once per step: no loop the rule follows
+    assert code == 1 and model["module"] == "ouro" and "ouro.py is unsupported" in model["verdict"], model
     code, model = check(package_dir, "NoSuchForCausalLM")
     assert code == 1 and "not in this vLLM's model registry" in model["verdict"]
 
 
 def test_any_registered_architecture_is_judged(release):
     """Found by rule (Mixtral), native by inheritance but gated (Phi-3), native and admitted (Llama), refused
-    by the rule (GPT-2): each judged as the runner and the gate will, before and after apply --only."""
+    by the rule (Ouro): each judged as the runner and the gate will, before and after apply --only."""
     package_dir = release("0.17.1")
     code, llama = check(package_dir, "LlamaForCausalLM")
     assert code == 0 and "native" in llama["verdict"], llama
@@ -79,5 +79,5 @@ def test_any_registered_architecture_is_judged(release):
     assert cli(package_dir, "apply", "-q", "--only", "MixtralForCausalLM").returncode == 0
     code, mixtral = check(package_dir, "MixtralForCausalLM")
     assert code == 0 and mixtral["eagle3_target"] and "patched" in mixtral["verdict"], mixtral
-    assert check(package_dir, "GPT2LMHeadModel")[0] == 1
+    assert check(package_dir, "OuroForCausalLM")[0] == 1
     assert check(package_dir, "Phi3ForCausalLM")[0] == 0  # the gate admits its family's type whatever --only says

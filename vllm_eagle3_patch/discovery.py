@@ -25,7 +25,7 @@ MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "CohereForCausalLM": ("cohere",),
     "Cohere2ForCausalLM": ("cohere2",),
     "Ernie4_5_MoeForCausalLM": ("ernie4_5_moe",),
-    "Ernie4_5_ForCausalLM": ("ernie4_5",),
+    "Ernie4_5ForCausalLM": ("ernie4_5",),
     "GPTJForCausalLM": ("gptj",),
     "Olmo3ForCausalLM": ("olmo3",),
     "MiniMaxForCausalLM": ("minimax",),
@@ -51,12 +51,28 @@ MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "MptForCausalLM": ("mpt",),
     "MPTForCausalLM": ("mpt",),
     "JAISLMHeadModel": ("jais",),
-    "GPT2LMHeadModel": ("gpt2",),
+    "GPT2LMHeadModel": ("gpt2", "gpt-sw3"),
     "QWenLMHeadModel": ("qwen",),
+    "AXK1ForCausalLM": ("AXK1", "axk1"),
+    "GraniteMoeSWAForCausalLM": ("granitemoe_swa",),
+    "KimiLinearForCausalLM": ("kimi_linear",),
+    "Ministral3ForCausalLM": ("ministral3",),
+    "GlmMoeDsaForCausalLM": ("glm_moe_dsa",),
+    "CwmForCausalLM": ("cwm",),
+    # served by another architecture's module (llama.py), their checkpoints name their own type
+    "AquilaModel": ("aquila",),
+    "AquilaForCausalLM": ("aquila",),
+    "InternLMForCausalLM": ("internlm",),
+    "InternLM3ForCausalLM": ("internlm3",),
+    "XverseForCausalLM": ("xverse",),
+    "TeleChatForCausalLM": ("telechat",),
+    "TeleChat2ForCausalLM": ("telechat",),
 }
 """``hf_text_config.model_type`` of an architecture's checkpoints where it is not the registry's
 module name (``commandr`` serves ``cohere`` and ``cohere2``).  The one thing structure cannot tell:
-``tests/test_discovery.py`` checks the rule and this table against transformers' own mapping."""
+``tests/test_architectures.py`` checks the rule and this table against transformers' own mapping (the gate
+matches a type as a substring, so ``hunyuan_v1`` admits ``hunyuan_v1_moe``); the remote-code models
+transformers does not know are listed from their checkpoints' ``config.json``."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,9 @@ class Discovery:
     """Each architecture served by a found family."""
     unrecognised: dict[str, str] = field(default_factory=dict)
     """Each architecture without one -> the reason."""
+    native: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each architecture whose registered class implements EAGLE-3 itself -> its checkpoints' model types: the
+    runner accepts it, and on releases with a whitelist only the gate can still refuse it (Mistral on 0.17.1)."""
 
 
 def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
@@ -77,9 +96,12 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     found: dict[tuple[str, str], Family] = {}
     architectures: dict[str, tuple[str, str]] = {}
     unrecognised: dict[str, str] = {}
+    native: dict[str, tuple[str, ...]] = {}
     known_classes = {(_module_of(family.path), family.causal_lm) for family in known}
     for architecture, (module, cls) in release.text_generation_models.items():
         chain = chains.registered(module, cls)
+        if chain is not None and chain.declares_eagle3:
+            native[architecture] = model_types(architecture, module)
         if chain is None or chain.declares_eagle3:
             continue
         if any(chain.includes(*known_class) for known_class in known_classes):
@@ -110,7 +132,8 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
             family = _with_types(family, types)
         found[key] = family
         architectures[architecture] = key  # the family's last form: its types grow with each architecture
-    return Discovery(tuple(found.values()), {a: found[key] for a, key in architectures.items()}, unrecognised)
+    found_architectures = {a: found[key] for a, key in architectures.items()}
+    return Discovery(tuple(found.values()), found_architectures, unrecognised, native)
 
 
 def encode(discovery: Discovery) -> dict:
@@ -124,6 +147,7 @@ def encode(discovery: Discovery) -> dict:
         "families": [family(f) for f in discovery.families],
         "architectures": {a: f.name for a, f in discovery.architectures.items()},
         "unrecognised": discovery.unrecognised,
+        "native": discovery.native,
     }
 
 
@@ -142,7 +166,8 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
             by_name[family.name] = family
             families.append(family)
         architectures = {a: by_name[name] for a, name in data["architectures"].items()}
-        return Discovery(tuple(families), architectures, dict(data["unrecognised"]))
+        native = {a: tuple(types) for a, types in data["native"].items()}
+        return Discovery(tuple(families), architectures, dict(data["unrecognised"]), native)
 
     return decode
 

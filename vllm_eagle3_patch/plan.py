@@ -131,9 +131,12 @@ def make_plan(
         applied = set(manifest.files) if manifest else set()
         targets = tuple(t for t in targets if _serves(t) & wanted or t.locate(release) in applied)
     files = _plan_targets(context, manifest, (*targets, PROPOSER))
-    # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now.
+    # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now, and of the
+    # architectures upstream serves with EAGLE-3 (asked for, with --only)
     eagle3 = {f.family for f in files if f.state in (State.UNPATCHED, State.PATCHED)}
     gated = tuple(t for family in discovery.families if family.name in eagle3 for t in family.model_types)
+    natives = discovery.native.items() if only is None else ((a, discovery.native.get(a, ())) for a in only)
+    gated += tuple(t for _, types in natives for t in types)
     files += _plan_targets(context, manifest, (gate_target(gated),))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")

@@ -11,7 +11,7 @@ from libcst.codemod import CodemodTest
 from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.family import Family, Wrapper
-from vllm_eagle3_patch.codemod.target import Options, State, Unrecognised
+from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
@@ -195,11 +195,15 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
         assert "layers = (1, 5, 9)  # vllm-eagle3-patch apply --aux-layers" in after
         assert "must lie in 0..{num_layers}" in after
 
-    def test_a_decoder_outside_self_model_is_refused(self) -> None:
-        """vLLM's EAGLE proposer takes the target's embedding from ``self.model``: elsewhere, no drafter loads."""
+    def test_a_decoder_outside_self_model_is_shown_to_the_proposer_as_model(self) -> None:
+        """vLLM's EAGLE proposer takes the target's embedding from ``self.model``: a read-only ``model``
+        hands it the decoder kept elsewhere, registering no second module."""
         family = Family("Toy", TOY.path, "ToyModel", "ToyForCausalLM", ("toy",), decoder="self.backbone")
-        with pytest.raises(Unrecognised, match="keeps ToyModel in self.backbone"):
-            DecoderEagle3(family).transform_module(cst.parse_module(source()))
+        after = DecoderEagle3(family).transform_module(cst.parse_module(source())).code
+        causal_lm = after[after.index("class ToyForCausalLM") :]
+        assert "    @property\n    def model(self):  # vllm-eagle3-patch\n" in causal_lm, causal_lm
+        assert "        return self.backbone\n" in causal_lm
+        compile(after, "<patched>", "exec")
 
 
 def test_slice_loop_and_four_argument_call_keep_their_names():

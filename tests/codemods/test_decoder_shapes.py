@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import types
-from typing import Any
+from typing import Any, Optional
 
 import libcst as cst
 import pytest
@@ -21,6 +21,7 @@ from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
 
 N = 6
+IMPORT = "from vllm.model_executor.models.interfaces import SupportsEagle3"
 PAIR_CALL = "hidden_states, residual = layer(positions, hidden_states, residual)"
 SINGLE_CALL = "hidden_states = layer(positions, hidden_states)"
 
@@ -129,9 +130,10 @@ class SingleLayer:
         return hidden_states * (self.index + 2) + 1.0
 
 
-def load(code: str, protocol: type = object) -> dict[str, Any]:
+def load(code: str, protocol: type = object, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Execute a (patched) toy module with stand-ins for what vLLM's files import."""
     namespace: dict[str, Any] = {
+        **(extra or {}),
         "SupportsEagle3": protocol,
         "nn": types.SimpleNamespace(Module=type("Module", (), {})),
         "islice": itertools.islice,
@@ -197,8 +199,8 @@ def test_two_causal_lms_holding_one_model_patch_it_once():
     assert verdict.state is State.UNPATCHED, verdict.reason
     code = verdict.patched
     assert code.count("aux_layer_ids = self.aux_hidden_state_layers") == 1
-    assert code.count("from vllm.model_executor.models.interfaces import SupportsEagle3") == 1
-    namespace = load(code.replace("from vllm.model_executor.models.interfaces import SupportsEagle3", ""), Eagle3)
+    assert code.count(IMPORT) == 1
+    namespace = load(code.replace(IMPORT, ""), Eagle3)
     for causal_lm in ("ToyForCausalLM", "ToyChatForCausalLM"):
         assert Eagle3 in namespace[causal_lm].__mro__
         assert "set_aux_hidden_state_layers" in vars(namespace[causal_lm])
@@ -208,20 +210,110 @@ class Eagle3:
     """Stands in for vLLM's ``SupportsEagle3`` protocol."""
 
 
+class VocabParallelEmbedding:
+    """Stands in for vLLM's token embedding."""
+
+
+NESTED = """
+
+class ToyOuterModel(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.decoder = ToyModel()
+"""
+
+
+def proposer_embedding(causal_lm: Any) -> Any:
+    """The embedding vLLM's EAGLE proposer takes from the target (``_maybe_share_embeddings``), or its error."""
+    inner = getattr(causal_lm, "model", None)
+    if inner is None:
+        raise AttributeError("Target model does not have 'model' attribute")
+    if hasattr(inner, "embed_tokens"):
+        return inner.embed_tokens
+    if hasattr(inner, "embedding"):
+        return inner.embedding
+    raise AttributeError("Target model does not have 'embed_tokens' or 'embedding' attribute")
+
+
+EMBEDDING_LAYOUTS = {
+    # name: (source, family's decoder, where the embedding really is)
+    "gpt2-transformer-wte": (
+        source("single-h-gpt2", decoder="transformer").replace(
+            "self.embed_tokens = None", "self.wte = VocabParallelEmbedding()"
+        ),
+        "self.transformer",
+        "transformer.wte",
+    ),
+    "mamba-backbone-embeddings": (
+        source("no-pipeline-single", decoder="backbone").replace(
+            "self.embed_tokens = None", "self.embeddings = VocabParallelEmbedding()"
+        ),
+        "self.backbone",
+        "backbone.embeddings",
+    ),
+    "ling-model-word-embeddings": (
+        source("pair-islice").replace("self.embed_tokens = None", "self.word_embeddings = VocabParallelEmbedding()"),
+        "self.model",
+        "model.word_embeddings",
+    ),
+    "opt-model-decoder-embed-tokens": (
+        (source("pair-islice") + NESTED).replace("self.model = ToyModel()", "self.model = ToyOuterModel()"),
+        "self.model.decoder",
+        "model.decoder.embed_tokens",
+    ),
+    "chatglm-transformer-embedding": (
+        (source("pair-islice") + NESTED)
+        .replace("self.model = ToyModel()", "self.transformer = ToyOuterModel()")
+        .replace("self.decoder = ToyModel()", "self.decoder = ToyModel()\n        self.embedding = None"),
+        "self.transformer.decoder",
+        "transformer.embedding",
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", EMBEDDING_LAYOUTS)
+def test_the_proposer_finds_the_embedding_in_every_layout(layout):
+    """vLLM's proposers share ``target.model.embed_tokens`` (or ``.embedding``) with the drafter and raise
+    without it: the patched target shows them its own embedding, the very object, wherever it is kept."""
+    code, decoder, where = EMBEDDING_LAYOUTS[layout]
+    namespace = {"VocabParallelEmbedding": VocabParallelEmbedding}
+    with pytest.raises(AttributeError):  # as vLLM wrote it, the proposer fails
+        proposer_embedding(load(code, extra=namespace)["ToyForCausalLM"]())
+    verdict = DecoderTarget(family(decoder=decoder)).examine(code, reader(), Options())
+    assert verdict.state is State.UNPATCHED, verdict.reason
+    causal_lm = load(verdict.patched.replace(IMPORT, ""), Eagle3, extra=namespace)["ToyForCausalLM"]()
+    embedding = causal_lm
+    for attribute in where.split("."):
+        embedding = getattr(embedding, attribute)
+    assert proposer_embedding(causal_lm) is embedding
+
+
 @pytest.mark.parametrize(
-    ("code", "reason"),
+    ("change", "reason"),
     [
-        (source("single-h-gpt2", decoder="transformer"), "keeps ToyModel in self.transformer"),
-        (source("pair-islice").replace("        self.embed_tokens = None\n", ""), "builds no self.embed_tokens"),
+        (("        self.embed_tokens = None\n", ""), "ToyModel builds no token embedding"),
+        (
+            (
+                "self.embed_tokens = None",
+                "self.wte = VocabParallelEmbedding()\n        self.wpe = VocabParallelEmbedding()",
+            ),
+            "ToyModel builds several token embeddings (wte, wpe)",
+        ),
     ],
-    ids=["decoder-not-in-self-model", "no-embedding"],
+    ids=["no-embedding", "two-embeddings"],
 )
-def test_a_target_whose_embedding_the_proposer_cannot_find_is_refused(code, reason):
-    """vLLM's EAGLE proposer shares ``target.model.embed_tokens`` with the drafter and raises without it."""
-    verdict = DecoderTarget(family(decoder="self.transformer" if "transformer" in reason else "self.model")).examine(
-        code, reader(), Options()
-    )
+def test_a_target_whose_embedding_is_not_clear_is_refused(change, reason):
+    verdict = DecoderTarget(family()).examine(source("pair-islice").replace(*change), reader(), Options())
     assert verdict.state is State.UNSUPPORTED and reason in verdict.reason, verdict.reason
+
+
+def test_a_causal_lm_keeping_something_else_in_self_model_is_refused():
+    code = source("single-h-gpt2", decoder="transformer").replace(
+        "self.transformer = ToyModel()\n", "self.transformer = ToyModel()\n        self.model = None\n", 1
+    )
+    verdict = DecoderTarget(family(decoder="self.transformer")).examine(code, reader(), Options())
+    assert verdict.state is State.UNSUPPORTED and "something else in self.model" in verdict.reason, verdict.reason
 
 
 class StreamLayer:
@@ -263,7 +355,7 @@ def test_layers_that_add_their_own_residual_hand_on_the_stream_in_hidden_states(
     target = DecoderTarget(family())
     verdict = target.examine(code, reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
-    patched = verdict.patched.replace("from vllm.model_executor.models.interfaces import SupportsEagle3", "")
+    patched = verdict.patched.replace(IMPORT, "")
     model = object.__new__(load(patched)["ToyModel"])
     received: list[float] = []
     outputs: list[float] = []

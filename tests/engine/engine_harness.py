@@ -42,16 +42,24 @@ def private_tree(release: str, root: Path) -> Path:
 
 
 def run_engine(
-    python: Path, root: Path, models: Path, drafter: str | None, reference: dict[str, Any], target: str
+    python: Path,
+    root: Path,
+    models: Path,
+    drafter: str | None,
+    reference: dict[str, Any],
+    target: str,
+    compiled: bool = False,
 ) -> dict[str, Any]:
+    """One engine run in ``python`` on the tree at ``root``: eager, or ``compiled`` as vLLM runs by default."""
     case = {
         "target": str(models / target),
         "limit_mm_per_prompt": TEXT_ONLY.get(target),
         "drafter": str(models / drafter) if drafter else None,
         "prompts": reference["prompts"],
         "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
+        "eager": not compiled,
     }
-    case_file = models / f"case-{os.getpid()}-{target}-{drafter}.json"
+    case_file = models / f"case-{os.getpid()}-{target}-{drafter}-{'compiled' if compiled else 'eager'}.json"
     case_file.write_text(json.dumps(case))
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     completed = subprocess.run(

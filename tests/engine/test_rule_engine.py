@@ -5,9 +5,11 @@ runner refuses the class).
 
 No hand-kept family describes these models: the registry's entry, the class chain and the decoder loop
 are all the tool knows.  The default selection (CI's) is two MoE decoders on 0.17.1 and one on 0.32.0;
-``VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES=all`` runs every architecture below on both releases.  GPT-2 and OPT
-were tried and are refused by the rule since: vLLM's EAGLE proposer raises "Target model does not have 'model'
-attribute" for GPT-2 (``self.transformer``) and finds no ``model.embed_tokens`` in OPT's ``OPTModel``.
+``VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES=all`` runs every architecture below on both releases, and a
+comma-separated list of model types (``gpt2,opt``) runs those.  GPT-2, OPT and GPT-NeoX are the targets whose
+embedding vLLM's proposer would not find as vLLM wrote them ("Target model does not have 'model' attribute"
+for GPT-2's ``self.transformer``; no ``model.embed_tokens`` in OPT's ``OPTModel``): they check the read-only
+``model`` / ``embed_tokens`` the patch adds.
 """
 
 from __future__ import annotations
@@ -44,19 +46,34 @@ ALL = {
     "gemma2": "Gemma2ForCausalLM",
     "exaone4": "Exaone4ForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+    "opt": "OPTForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
 }
 DEFAULT = {"0.17.1": ("mixtral", "olmoe"), "0.32.0": ("qwen2_moe",)}
-ONLY_ON = {"qwen2_moe": "0.32.0"}
+ONLY_ON = {"qwen2_moe": "0.32.0", "gpt_neox": "0.17.1"}
 """0.17.1's gate admits ``qwen2_moe`` already ("qwen" is matched as a substring), so unpatched it fails
-later, in the runner, with another message than the others': it runs where the runner refuses them all."""
+later, in the runner, with another message than the others': it runs where the runner refuses them all.
+0.32.0 has no ``gpt_neox.py`` (transformers' own class serves GPT-NeoX there)."""
 REFUSAL = {"0.17.1": GATE_ERROR, "0.32.0": INTERFACE_ERROR}
+EMBEDDING_ELSEWHERE = ("gpt2", "opt", "gpt_neox")
+PROPOSER_ERROR = "Target model does not have"
+"""0.32.0 loads the drafter before its runner asks ``supports_eagle3``: unpatched, the proposer's embedding
+lookup fails first for the targets that keep their embedding elsewhere."""
 STATE_DEPENDENT, BLIND, NO_DRAFTER = "drafter-default", "drafter-default-blind", None
+COMPILED = "compiled"
+"""The state-dependent drafter once more with vLLM's default (torch.compile, not ``enforce_eager``), on the
+release's first selected architecture: the patched forward is traced and compiled as users run it."""
 
 
 def selected(release: str) -> tuple[str, ...]:
-    if os.environ.get("VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES") == "all":
-        return tuple(m for m in ALL if ONLY_ON.get(m, release) == release)
-    return DEFAULT[release]
+    chosen = os.environ.get("VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES", "")
+    if not chosen:
+        return DEFAULT[release]
+    wanted = set(ALL) if chosen == "all" else set(chosen.split(","))
+    unknown = wanted - set(ALL)
+    assert not unknown, f"VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES names {sorted(unknown)}; known: {sorted(ALL)}"
+    return tuple(m for m in ALL if m in wanted and ONLY_ON.get(m, release) == release)
 
 
 @dataclass
@@ -93,6 +110,11 @@ def rule_engine(request, tmp_path_factory) -> RuleRuns:
     for tiny in models:
         for drafter in (NO_DRAFTER, STATE_DEPENDENT, BLIND):
             engine_run(tiny, drafter, drafter)
+    if models:
+        first = models[0]
+        engine.runs[first, COMPILED] = run_engine(
+            python, root, directories[first], STATE_DEPENDENT, engine.references[first], "target", compiled=True
+        )
     reverted = run_cli("--vllm-dir", str(package), "revert")
     assert reverted.returncode == 0, reverted.stderr
     engine.revert_mismatches = record_mismatches(package)
@@ -104,7 +126,7 @@ def model(request, rule_engine: RuleRuns) -> str:
     if request.param not in rule_engine.models:
         where = ONLY_ON.get(request.param)
         why = f"runs on {where} only: {ONLY_ON.__doc__}" if where and where != rule_engine.release else None
-        pytest.skip(why or "not in the default selection; VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES=all runs it")
+        pytest.skip(why or f"not selected; VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES=all (or ={request.param}) runs it")
     return request.param
 
 
@@ -116,7 +138,8 @@ def test_no_family_describes_it_and_apply_patched_it(rule_engine: RuleRuns, mode
 def test_unpatched_engine_refuses_it(rule_engine: RuleRuns, model: str) -> None:
     run = rule_engine.runs[model, "unpatched"]
     assert not run["ok"]
-    assert REFUSAL[rule_engine.release] in run["error"], run["error"]
+    elsewhere = rule_engine.release == "0.32.0" and model in EMBEDDING_ELSEWHERE
+    assert (PROPOSER_ERROR if elsewhere else REFUSAL[rule_engine.release]) in run["error"], run["error"]
 
 
 def test_patched_engine_decodes_as_transformers_does(rule_engine: RuleRuns, model: str) -> None:
@@ -140,6 +163,15 @@ def test_blind_drafter_gets_nothing_accepted(rule_engine: RuleRuns, model: str) 
 
 def test_drafter_gets_transformers_hidden_states(rule_engine: RuleRuns, model: str) -> None:
     assert_states_match(rule_engine.runs[model, STATE_DEPENDENT], rule_engine.references[model], "default")
+
+
+def test_compiled_as_vllm_runs_by_default_it_is_lossless_and_accepted(rule_engine: RuleRuns) -> None:
+    first = rule_engine.models[0]
+    run = rule_engine.runs[first, COMPILED]
+    assert run["compilation"]["enforce_eager"] is False, run["compilation"]
+    assert_lossless(run, rule_engine.runs[first, NO_DRAFTER])
+    assert_every_draft_accepted(run)
+    assert_states_match(run, rule_engine.references[first], "default")
 
 
 def test_revert_restores_every_byte(rule_engine: RuleRuns) -> None:

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
+import inspect
 import re
 import types
 from collections.abc import Iterator, Sequence
@@ -266,6 +267,7 @@ def fake_vllm_config(num_layers: int, hidden_size: int = HIDDEN_SIZE, **extra: A
         model_config=model_config,
         cache_config=None,
         quant_config=None,
+        lora_config=None,  # Mixtral's model reads it up to 0.9.x
         parallel_config=types.SimpleNamespace(
             enable_eplb=False, eplb_config=types.SimpleNamespace(num_redundant_experts=0)
         ),
@@ -403,6 +405,9 @@ class DecoderFile:
     """What replaces ``layer``: :class:`HiddenFirstStandInLayer` where the call puts the hidden states first."""
     config: tuple[tuple[str, Any], ...] = ()
     """Extra ``hf_config`` fields the model's ``__init__`` reads."""
+    layer_parameter: str | None = None
+    """The ``__init__`` parameter whose default is ``layer`` (OLMoE's and InternLM2's ``layer_type``): bound at
+    definition, so the stand-in is passed there instead."""
 
 
 DEEPSEEK = DecoderFile(DEEPSEEK_V2, "DeepseekV2Model", "DeepseekV2DecoderLayer")
@@ -456,6 +461,9 @@ def decoder_stage(
 
     forward_module = importlib.import_module(cls.forward.__module__)  # Qwen3.5's model runs Qwen3-Next's forward
 
+    takes_the_layer = decoder.layer_parameter and re.search(rf"\b{decoder.layer_parameter}:", inspect.getsource(cls))
+    layer_arguments = {decoder.layer_parameter: decoder.stand_in} if takes_the_layer else {}  # (compile wrappers
+    # hide the signature; older releases build the layer by its module-level name)
     patcher = Patcher()
     try:
         patcher.setattr(module, "get_pp_group", lambda: pp_group)
@@ -465,7 +473,7 @@ def decoder_stage(
         patcher.setattr(module, decoder.layer, decoder.stand_in)
         patcher.setattr(module, decoder.norm, StandInNorm)
         patcher.setattr(module, "VocabParallelEmbedding", StandInEmbedding)
-        model = cls(vllm_config=fake_vllm_config(num_layers, **dict(decoder.config)), prefix="model")
+        model = cls(vllm_config=fake_vllm_config(num_layers, **dict(decoder.config)), prefix="model", **layer_arguments)
         layers = {index: layer for index, layer in enumerate(model.layers) if isinstance(layer, StandInLayer)}
         yield Stage(model, module, num_layers, start_layer, end_layer, pp_group, layers)
     finally:

@@ -1,5 +1,6 @@
 """Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling,
-MiniMax-M2, LongCat-Flash, Qwen3-Next, Qwen3.5).
+MiniMax-M2, LongCat-Flash, Qwen3-Next, Qwen3.5), and of families the rule finds with no registry entry
+(Mixtral, Qwen2-MoE, OLMoE, InternLM2).
 
 The same spec as DeepSeek's (``test_eagle3_behaviour``), run on each family's real model
 class with stand-in layers: ``__init__`` starts with no ids; ``forward`` captures the input
@@ -57,8 +58,18 @@ FAMILIES = {
         ("glm4_moe",),
         Version("0.10.0"),
     ),
-    # Ling (bailing_moe) is left alone: its model keeps the embedding in self.word_embeddings, where vLLM's
-    # EAGLE proposer never looks (it shares model.embed_tokens with the drafter and raises without it)
+    "bailing_moe": FamilyUnderTest(
+        DecoderFile(
+            f"{MODELS}.bailing_moe",
+            "BailingMoeModel",
+            "BailingMoeBlock",
+            stand_in=harness.HiddenFirstStandInLayer,
+            config=(("tie_word_embeddings", False), ("embedding_dropout", 0.0)),
+        ),
+        "BailingMoeForCausalLM",
+        ("bailing_moe",),
+        Version("0.10.0"),
+    ),
     "minimax_m2": FamilyUnderTest(
         DecoderFile(f"{MODELS}.minimax_m2", "MiniMaxM2Model", "MiniMaxM2DecoderLayer"),
         "MiniMaxM2ForCausalLM",
@@ -106,6 +117,31 @@ FAMILIES = {
         DecoderFile(f"{MODELS}.gemma3", "Gemma3Model", "Gemma3DecoderLayer", norm="GemmaRMSNorm"),
         "Gemma3ForCausalLM",
         ("gemma3", "gemma3_text"),
+        Version("0.8.5"),
+    ),
+    # Families no registry entry describes: plain `apply` patches them by rule (vllm_eagle3_patch/discovery.py)
+    "mixtral": FamilyUnderTest(
+        DecoderFile(f"{MODELS}.mixtral", "MixtralModel", "MixtralDecoderLayer"),
+        "MixtralForCausalLM",
+        ("mixtral",),
+        Version("0.8.5"),
+    ),
+    "qwen2_moe": FamilyUnderTest(
+        DecoderFile(f"{MODELS}.qwen2_moe", "Qwen2MoeModel", "Qwen2MoeDecoderLayer"),
+        "Qwen2MoeForCausalLM",
+        (),  # accepted as "qwen" by the release's own gate
+        Version("0.8.5"),
+    ),
+    "olmoe": FamilyUnderTest(
+        DecoderFile(f"{MODELS}.olmoe", "OlmoeModel", "OlmoeDecoderLayer", layer_parameter="layer_type"),
+        "OlmoeForCausalLM",
+        ("olmoe",),
+        Version("0.8.5"),
+    ),
+    "internlm2": FamilyUnderTest(  # its embedding is tok_embeddings: the patch answers embed_tokens too
+        DecoderFile(f"{MODELS}.internlm2", "InternLM2Model", "InternLMDecoderLayer", layer_parameter="layer_type"),
+        "InternLM2ForCausalLM",
+        ("internlm2",),
         Version("0.8.5"),
     ),
 }

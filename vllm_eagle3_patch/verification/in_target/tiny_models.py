@@ -204,6 +204,22 @@ TARGETS: dict[str, TinyTarget] = {
             "initializer_range": 0.1,  # at 0.2 its greedy continuation names token 0, the blind drafter's draft
         },
     ),
+    # Targets whose embedding vLLM's proposers would not find as vLLM wrote them (``model.embed_tokens``)
+    "gpt2": TinyTarget(  # the decoder in self.transformer, the embedding in wte, layers returning one tensor
+        "GPT2LMHeadModel",
+        "GPT2Config",
+        {"n_inner": 128, "num_attention_heads": 2, "activation_function": "gelu_new", "tie_word_embeddings": True},
+    ),
+    "opt": TinyTarget(  # the decoder in self.model.decoder, the embedding inside it
+        "OPTForCausalLM",
+        "OPTConfig",
+        {"ffn_dim": 128, "num_attention_heads": 2, "word_embed_proj_dim": HIDDEN, "pad_token_id": 2},
+    ),
+    "gpt_neox": TinyTarget(  # the decoder in self.gpt_neox, the embedding in embed_in
+        "GPTNeoXForCausalLM",
+        "GPTNeoXConfig",
+        {"intermediate_size": 128, "num_attention_heads": 2, "rotary_pct": 0.5, "tie_word_embeddings": False},
+    ),
 }
 """The families a tiny target can be built for, by ``model_type``."""
 

@@ -51,10 +51,15 @@ ALL = {
     "gpt_neox": "GPTNeoXForCausalLM",
 }
 DEFAULT = {"0.17.1": ("mixtral", "olmoe"), "0.32.0": ("qwen2_moe",)}
-ONLY_ON = {"qwen2_moe": "0.32.0", "gpt_neox": "0.17.1"}
-"""0.17.1's gate admits ``qwen2_moe`` already ("qwen" is matched as a substring), so unpatched it fails
-later, in the runner, with another message than the others': it runs where the runner refuses them all.
-0.32.0 has no ``gpt_neox.py`` (transformers' own class serves GPT-NeoX there)."""
+ONLY_ON = {
+    "qwen2_moe": (
+        "0.32.0",
+        "0.17.1's gate admits qwen2_moe already ('qwen' is matched as a substring), so unpatched it fails later, "
+        "in the runner, with another message than the others': it runs where the runner refuses them all",
+    ),
+    "gpt_neox": ("0.17.1", "0.32.0 has no gpt_neox.py: transformers' own class serves GPT-NeoX there"),
+}
+"""Architectures run on one release only: the release, and why."""
 REFUSAL = {"0.17.1": GATE_ERROR, "0.32.0": INTERFACE_ERROR}
 EMBEDDING_ELSEWHERE = ("gpt2", "opt", "gpt_neox")
 PROPOSER_ERROR = "Target model does not have"
@@ -73,7 +78,7 @@ def selected(release: str) -> tuple[str, ...]:
     wanted = set(ALL) if chosen == "all" else set(chosen.split(","))
     unknown = wanted - set(ALL)
     assert not unknown, f"VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES names {sorted(unknown)}; known: {sorted(ALL)}"
-    return tuple(m for m in ALL if m in wanted and ONLY_ON.get(m, release) == release)
+    return tuple(m for m in ALL if m in wanted and ONLY_ON.get(m, (release,))[0] == release)
 
 
 @dataclass
@@ -124,8 +129,8 @@ def rule_engine(request, tmp_path_factory) -> RuleRuns:
 @pytest.fixture(params=list(ALL))
 def model(request, rule_engine: RuleRuns) -> str:
     if request.param not in rule_engine.models:
-        where = ONLY_ON.get(request.param)
-        why = f"runs on {where} only: {ONLY_ON.__doc__}" if where and where != rule_engine.release else None
+        where, reason = ONLY_ON.get(request.param, (rule_engine.release, ""))
+        why = f"runs on {where} only: {reason}" if where != rule_engine.release else None
         pytest.skip(why or f"not selected; VLLM_EAGLE3_PATCH_ENGINE_ARCHITECTURES=all (or ={request.param}) runs it")
     return request.param
 

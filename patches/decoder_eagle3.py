@@ -55,7 +55,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
-from vllm_eagle3_patch.codemod.outline import Function
+from vllm_eagle3_patch.codemod.outline import Function, python_tree
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
@@ -403,9 +403,16 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
 
 
 def _is_staged(model: cst.ClassDef) -> bool:
-    """Whether the model has pipeline stages: its ``__init__`` names ``self.start_layer``."""
-    init = method(model, "__init__")
-    return bool(find(init, cst.Attribute, lambda node: is_self_attribute(node, "start_layer")))
+    """Whether the model has pipeline stages: its ``__init__`` assigns ``self.start_layer`` (alone or in a
+    tuple, ``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
+    for line in find_statements(method(model, "__init__"), cst.SimpleStatementLine):
+        for statement in line.body:
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
+            targets += [statement.target] if isinstance(statement, cst.AnnAssign) else []
+            names = [e.value for t in targets for e in (t.elements if isinstance(t, cst.Tuple) else [t])]
+            if any(is_self_attribute(name, "start_layer") for name in names):
+                return True
+    return False
 
 
 def _sets_aux_layers(init: cst.FunctionDef) -> bool:
@@ -615,7 +622,7 @@ def layers_ignoring_the_residual(source: str, model: str) -> bool:
     """Whether the layer classes ``model``'s ``__init__`` builds (classes of the file) take a ``residual``
     and never read it: their ``forward`` assigns it before any use (``residual = hidden_states`` first).
     Read with :mod:`ast` from the whole source, whose layer bodies the codemod's outline sets aside."""
-    tree = ast.parse(source)
+    tree = python_tree(source)
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     init = _ast_method(classes.get(model), "__init__")
     built = (
@@ -749,7 +756,10 @@ class DecoderTarget(SingleFileTarget):
                 return True  # what the causal LM holds, and the embedding of the model it builds
             return function.cls in models and function.name in ("__init__", "forward")
 
-        return judge(source, codemod, native=native, preconditions=preconditions, reads=reads)
+        def looks_at(cls: str) -> bool:
+            return nested or cls in models or cls in causal_lms  # a nested decoder's outer model is found later
+
+        return judge(source, codemod, native=native, preconditions=preconditions, reads=reads, classes=looks_at)
 
 
 def _layers_ignore_residual(source: str, model: str) -> bool:

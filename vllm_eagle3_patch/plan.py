@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Optional
 
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
+from .codemod.two_processes import judge_all
 from .codemod.verdict_cache import StateCache, default_directory
 from .discovery import Discovery, decoder, discover, encode, serving
 from .eagle3.release import Release
@@ -115,12 +116,9 @@ def make_plan(
     if options is None:
         options = recorded
     release = Release(install.package_dir)
-    examine: Examine = StateCache(default_directory()).examine if states_only else _examine
-    originals = Originals(install, accept_modified)
-    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable, states_only)
     discovery = StateCache(default_directory()).remember(
-        f"families found by rule in {install.package_dir}",
-        release,
+        f"families found by rule in vLLM {install.version}",
+        _as_installed(release, state_dir, manifest),
         lambda tree: discover(tree, FAMILIES),
         encode,
         decoder(FAMILIES),
@@ -130,6 +128,12 @@ def make_plan(
         wanted = serving(release, only, (*FAMILIES, *discovery.families))
         applied = set(manifest.files) if manifest else set()
         targets = tuple(t for t in targets if _serves(t) & wanted or t.locate(release) in applied)
+    if states_only:
+        examine: Examine = StateCache(default_directory()).examine
+    else:
+        examine = _judged_ahead(release, options, manifest, targets)
+    originals = Originals(install, accept_modified)
+    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable, states_only)
     files = _plan_targets(context, manifest, (*targets, PROPOSER))
     # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now, and of the
     # architectures upstream serves with EAGLE-3 (asked for, with --only)
@@ -142,6 +146,22 @@ def make_plan(
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
     return Plan(install, tuple(files), manifest, options, release, discovery, unreadable)
+
+
+def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Manifest]) -> Release:
+    """The tree as vLLM installed it: the backups of the files an earlier ``apply`` patched.  The families
+    found are the same on a patched tree, and the cache keeps them across ``apply`` and ``revert``."""
+    patched = set(manifest.files) if manifest else set()
+
+    def read(relative: str) -> Optional[str]:
+        if relative in patched:
+            try:
+                return state_dir.backup_path(relative).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                pass  # a lost backup: the file itself, whose marked lines the class chain ignores
+        return release.read(relative)
+
+    return release.reading_through(read) if patched else release
 
 
 def _serves(target: Target) -> set[str]:
@@ -199,6 +219,30 @@ Examine = Callable[[Target, str, Release, Options], Verdict]
 
 def _examine(target: Target, source: str, release: Release, options: Options) -> Verdict:
     return target.examine(source, release, options)
+
+
+def _judged_ahead(
+    release: Release, options: Options, manifest: Optional[Manifest], targets: tuple[Target, ...]
+) -> Examine:
+    """``_examine``, with the model files not yet patched judged ahead on two processes
+    (``codemod/two_processes.py``): writing out their patched texts is most of ``apply``'s time."""
+    patched = set(manifest.files) if manifest else set()
+    sources: dict[int, str] = {}
+    for target in targets:
+        path = target.locate(release)
+        text = release.read(path) if path is not None and path not in patched else None
+        if text is not None:
+            sources[id(target)] = text
+    jobs = [lambda t=t: t.examine(sources[id(t)], release, options) for t in targets if id(t) in sources]
+    judged = dict(zip((k for k in sources), judge_all(jobs)))
+
+    def examine(target: Target, source: str, tree: Release, chosen: Options) -> Verdict:
+        ahead = judged.pop(id(target), None)  # once: a replan of the same target reads its backup
+        if ahead is not None and source == sources[id(target)] and chosen == options:
+            return ahead
+        return target.examine(source, tree, chosen)
+
+    return examine
 
 
 def _text(verdict: Verdict) -> Optional[bytes]:

@@ -6,7 +6,7 @@ from typing import Callable, Optional, Protocol
 
 from ..eagle3.release import GETTERS
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
-from .outline import Keep, outline
+from .outline import Keep, KeepClass, outline
 from .target import State, Unrecognised, Verdict
 
 
@@ -32,6 +32,7 @@ def judge(
     native: NativeCheck,
     preconditions: Callable[[], None] = lambda: None,
     reads: Keep = lambda function: True,
+    classes: Optional[KeepClass] = None,
 ) -> Verdict:
     """Run ``make_codemod``'s codemod on ``source`` and say what the file is.
 
@@ -39,11 +40,12 @@ def judge(
     find its way through is unsupported, with the codemod's reason.  ``preconditions``
     raises :class:`Unrecognised` when the rest of the release rules the patch out.
     ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
-    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.outline`).
+    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.outline`), and so are the module-level
+    classes ``classes`` rejects (None: every class is looked at).
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
-    parsed = outline(source, reads)
+    parsed = outline(source, reads, classes)
     try:
         module = parse(parsed.text)
         why_native = native(module)

@@ -11,6 +11,7 @@ bodies goes through LibCST as before, so the result is the same, byte for byte.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import secrets
 import warnings
@@ -32,6 +33,8 @@ class Function(NamedTuple):
 
 Keep = Callable[[Function], bool]
 """Whether a codemod reads (or changes) the body of this function."""
+KeepClass = Callable[[str], bool]
+"""Whether a codemod looks at this module-level class at all (its name, bases or any method)."""
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,18 @@ class Outline:
         return restored
 
 
-def outline(source: str, keep: Keep) -> Outline:
-    """``source`` with the body of every function that ``keep`` rejects set aside.
+@functools.lru_cache(maxsize=2)
+def python_tree(source: str) -> ast.Module:
+    """The standard library's tree of ``source``, kept for the file being judged: the outline and the
+    codemod's own look at the layer classes share one parse.  Never to be changed in place."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes etc. are vLLM's business, not ours
+        return ast.parse(source)
+
+
+def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None) -> Outline:
+    """``source`` with the body of every function that ``keep`` rejects set aside, and every module-level
+    class that ``keep_class`` rejects set aside whole (a model file holds dozens the codemod never reads).
 
     Sources the standard library cannot parse (newer syntax, errors, lone ``\\r`` line
     ends) are returned whole: LibCST then parses them whole, and says what is wrong.
@@ -63,9 +76,7 @@ def outline(source: str, keep: Keep) -> Outline:
     if "\r" in source.replace("\r\n", ""):
         return whole
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escapes etc. are vLLM's business, not ours
-            tree = ast.parse(source)
+        tree = python_tree(source)
     except (SyntaxError, ValueError):
         return whole
     lines = _LINE.findall(source)
@@ -73,12 +84,7 @@ def outline(source: str, keep: Keep) -> Outline:
     bodies: list[str] = []
     parts: list[str] = []
     done = 0  # lines[:done] are in parts
-    for cls, node in _functions(tree):
-        first, last = node.body[0].lineno, node.end_lineno or node.lineno
-        if not _body_on_own_lines(node, lines) or keep(
-            Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))
-        ):
-            continue
+    for first, last in _set_aside(tree, lines, keep, keep_class):
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]
         newline = body[len(body.rstrip("\r\n")) :]
@@ -90,12 +96,32 @@ def outline(source: str, keep: Keep) -> Outline:
     return Outline("".join(parts), tuple(bodies), nonce)
 
 
-def _functions(tree: ast.Module) -> Iterator[tuple[Optional[str], FunctionNode]]:
-    """Module-level functions and the methods of module-level classes, in source order."""
+def _set_aside(
+    tree: ast.Module, lines: list[str], keep: Keep, keep_class: Optional[KeepClass]
+) -> Iterator[tuple[int, int]]:
+    """``(first, last)`` lines of each piece to set aside, in source order: whole classes ``keep_class``
+    rejects (decorators included), and the bodies of the functions ``keep`` rejects."""
+    for cls, node in _functions(tree, keep_class):
+        if isinstance(node, ast.ClassDef):
+            yield min((d.lineno for d in node.decorator_list), default=node.lineno), node.end_lineno or node.lineno
+        elif _body_on_own_lines(node, lines):
+            last = node.end_lineno or node.lineno
+            if not keep(Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))):
+                yield node.body[0].lineno, last
+
+
+def _functions(
+    tree: ast.Module, keep_class: Optional[KeepClass] = None
+) -> Iterator[tuple[Optional[str], Union[FunctionNode, ast.ClassDef]]]:
+    """Module-level functions and the methods of module-level classes, in source order; a class that
+    ``keep_class`` rejects comes whole instead of its methods."""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield None, node
         elif isinstance(node, ast.ClassDef):
+            if keep_class is not None and not keep_class(node.name):
+                yield None, node
+                continue
             for child in node.body:
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     yield node.name, child

@@ -67,6 +67,13 @@ class Verdict:
     tree: Optional[cst.Module] = None
     outline: Optional[Outline] = None
 
+    @classmethod
+    def written(cls, state: State, reason: str, text: Optional[str]) -> Verdict:
+        """A verdict whose patched text was written out (and compiled) in another process."""
+        verdict = cls(state, reason)
+        verdict.__dict__["patched"] = text  # what the cached property would hold
+        return verdict
+
     @cached_property
     def patched(self) -> Optional[str]:
         """The patched text, written out only when asked: ``status`` never needs it, and

@@ -713,7 +713,14 @@ class DecoderTarget(SingleFileTarget):
         self.path = family.path
         self.policy = family.policy
         self.serves = family.name
-        self.cache_key = repr(self.families)
+
+    @property
+    def serves_families(self) -> tuple[str, ...]:
+        return tuple(family.name for family in self.families)
+
+    @property
+    def cache_key(self) -> str:
+        return repr(self.families)
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
         families = self.families

@@ -131,6 +131,7 @@ class SpeculativeGateTarget:
     policy = Policy.BLOCKING
     serves = None
     default_path = GATE_FILES[0]
+    serves_families: tuple[str, ...] = ()
 
     replanned = True
     """Planned from its original on every ``apply``: the types it admits follow the model files patched

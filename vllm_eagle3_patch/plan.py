@@ -127,7 +127,7 @@ def make_plan(
     if only is not None:
         wanted = serving(release, only, (*FAMILIES, *discovery.families))
         applied = set(manifest.files) if manifest else set()
-        targets = tuple(t for t in targets if _serves(t) & wanted or t.locate(release) in applied)
+        targets = tuple(t for t in targets if wanted & set(t.serves_families) or t.locate(release) in applied)
     if states_only:
         examine: Examine = StateCache(default_directory()).examine
     else:
@@ -162,11 +162,6 @@ def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Mani
         return release.read(relative)
 
     return release.reading_through(read) if patched else release
-
-
-def _serves(target: Target) -> set[str]:
-    """The families a target's file serves (several, where causal LMs found by rule share a file)."""
-    return {family.name for family in getattr(target, "families", ())} | {target.serves or ""}
 
 
 def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:
@@ -230,11 +225,13 @@ def _judged_ahead(
     sources: dict[int, str] = {}
     for target in targets:
         path = target.locate(release)
-        text = release.read(path) if path is not None and path not in patched else None
-        if text is not None:
-            sources[id(target)] = text
+        if path is not None and path not in patched:
+            try:  # as the plan will read it: the bytes, decoded (no newline translation)
+                sources[id(target)] = (release.package_dir / path).read_bytes().decode("utf-8")
+            except (OSError, UnicodeDecodeError):
+                pass
     jobs = [lambda t=t: t.examine(sources[id(t)], release, options) for t in targets if id(t) in sources]
-    judged = dict(zip((k for k in sources), judge_all(jobs)))
+    judged = dict(zip(sources, judge_all(jobs)))
 
     def examine(target: Target, source: str, tree: Release, chosen: Options) -> Verdict:
         ahead = judged.pop(id(target), None)  # once: a replan of the same target reads its backup
@@ -280,7 +277,7 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         original = state_dir.read_backup(path, manifested)
         # Re-run the codemod only when the options changed (or the target's own inputs may have: the
         # gate's types follow the files patched with it): status stays a hash check.
-        replanned = getattr(target, "replanned", False) and not context.states_only
+        replanned = target.replanned and not context.states_only
         same = context.options == context.recorded and not replanned
         desired = current if same else _text(context.verdict(target, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)

@@ -97,6 +97,13 @@ class Target(Protocol):
     """The model family the file serves, for messages (None: all of them, like the gate)."""
     default_path: str
     """Where the file usually is, to name it when it is missing."""
+    serves_families: tuple[str, ...]
+    """Every family the file serves (several where causal LMs found by rule share a file): ``apply --only``."""
+    cache_key: str
+    """What the target is made of, for the verdict cache: its name, or its families, or the gate's types."""
+    replanned: bool
+    """Planned from its original on every ``apply`` instead of kept by hash (the gate: its types follow the model
+    files patched with it)."""
 
     def locate(self, release: Release) -> Optional[str]:
         """The file's path relative to ``vllm/`` in this release, or None if it has no such file."""
@@ -112,10 +119,19 @@ class SingleFileTarget:
     name: str
     policy = Policy.BLOCKING
     serves: Optional[str] = None
+    replanned = False
 
     @property
     def default_path(self) -> str:
         return self.path
+
+    @property
+    def serves_families(self) -> tuple[str, ...]:
+        return (self.serves,) if self.serves else ()
+
+    @property
+    def cache_key(self) -> str:
+        return self.name
 
     def locate(self, release: Release) -> Optional[str]:
         return self.path if release.exists(self.path) else None

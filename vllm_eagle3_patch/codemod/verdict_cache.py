@@ -111,8 +111,7 @@ class StateCache:
         return value
 
     def _key(self, target: Target, source: str, options: Options) -> str:
-        what = getattr(target, "cache_key", target.name)  # what the target is made of (its families, its types)
-        parts = [self._fingerprint(), type(target).__module__, what, options.aux_layers, _digest(source)]
+        parts = [self._fingerprint(), type(target).__module__, target.cache_key, options.aux_layers, _digest(source)]
         return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
 
 

@@ -101,6 +101,7 @@ class CountingTarget:
     """A stand-in target that counts how often it is really asked."""
 
     name = "counting"
+    cache_key = "counting"
 
     def __init__(self) -> None:
         self.calls = 0

@@ -117,7 +117,7 @@ def make_plan(
         options = recorded
     release = Release(install.package_dir)
     discovery = StateCache(default_directory()).remember(
-        f"families found by rule in vLLM {install.version}",
+        f"families found by rule in {install.package_dir}",
         _as_installed(release, state_dir, manifest),
         lambda tree: discover(tree, FAMILIES),
         encode,

@@ -10,8 +10,9 @@ named relative to the ``vllm`` package (``model_executor.models.llama``, ``model
 from __future__ import annotations
 
 import ast
+from collections import deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional
 
 from .release import GETTERS, MARKER, PROTOCOL, ReadFile
 
@@ -160,13 +161,24 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
         if isinstance(node, ast.ClassDef)
     }
     imports = {}
-    for node in ast.walk(tree):
+    for node in _statements(tree):
         if isinstance(node, ast.ImportFrom):
             source_module = _imported_module(module, node, is_package)
             if source_module is not None:
                 for alias in node.names:
                     imports[alias.asname or alias.name] = (source_module, alias.name)
     return _Module(classes, imports)
+
+
+def _statements(node: ast.AST) -> Iterator[ast.AST]:
+    """Every statement under ``node``, nested ones included (``if TYPE_CHECKING:``, ``try:``), breadth first
+    as :func:`ast.walk`; expressions, which hold none, are never entered: most of a module's nodes."""
+    queue = deque([node])
+    while queue:
+        for child in ast.iter_child_nodes(queue.popleft()):
+            if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                queue.append(child)
+                yield child
 
 
 def _imported_module(module: str, node: ast.ImportFrom, is_package: bool) -> Optional[str]:
@@ -215,7 +227,7 @@ def _built_in_init(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
     defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults) if d is not None})
     members = _class_members(node)
     built = []
-    for statement in ast.walk(init):
+    for statement in _statements(init):
         if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
             continue
         target, value = statement.targets[0], statement.value

@@ -34,6 +34,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     add_import,
     add_methods,
     assigned,
+    assigns_self_attribute,
     cst,
     find,
     find_statements,
@@ -58,7 +59,8 @@ from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
 from vllm_eagle3_patch.codemod.outline import Function, python_tree
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
-from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
+from vllm_eagle3_patch.patches import pipeline_relay
+from vllm_eagle3_patch.patches.eagle3_methods import NO_RELAY, eagle3_methods
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
@@ -111,20 +113,37 @@ class DecoderEagle3:
     layers_add_the_residual: bool = False
     """The model's layers take a residual but never read it (they add their own, EXAONE-4's post-norm layers):
     the ``hidden_states`` they return is the whole stream (see :func:`layers_ignoring_the_residual`)."""
+    relay_key: Optional[str] = None
+    """The release's key for aux states carried across pipeline ranks (``Eagle3Interface.relay_key``)."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
         stack = self.layer_stack(model)
+        limit = self.pipeline_limit(model)
         if self.with_model:
-            tree = replace_child(tree, model, self.patch_model(model, tree))
+            tree = replace_child(tree, model, self.patch_model(model, tree, relays=limit is None))
         causal_lm = top_level_class(tree, self.family.causal_lm)
-        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, stack, tree))
+        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, stack, limit, tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         # last, so that a loop the codemod cannot follow is named first
         return _share_the_embedding(tree, self.family)
 
-    def patch_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
+    def pipeline_limit(self, model: cst.ClassDef) -> Optional[str]:
+        """None where the patched model carries its aux states across pipeline ranks (``pipeline_relay.py``):
+        the release's runner does, and the forward is this codemod's, over a stage's layers; else why not."""
+        if self.relay_key is None:
+            return NO_RELAY
+        name = self.family.model
+        if not self.with_model:  # another family of the file patched the model
+            return None if pipeline_relay.declares_relay(model) else f"{name} does not carry them"
+        if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
+            return f"{name} runs a forward this tool does not write, which does not carry them"
+        body = list(method(model, "forward").body.body)
+        loop = _decoder_loop(body, name, _is_staged(model))
+        return pipeline_relay.why_not_relayed(model, body, loop.at, _final_norm_index(body, loop.at, name))
+
+    def patch_model(self, model: cst.ClassDef, tree: cst.Module, relays: bool = False) -> cst.ClassDef:
         """``__init__`` sets the empty ids (unless upstream's does); ``forward`` captures, unless
         it is inherited from ``family.forward_from``'s model, which that family's file patches, or
         upstream's ``EagleModelMixin`` decoder already collects global ids (then only the causal LM
@@ -145,7 +164,10 @@ class DecoderEagle3:
             _require_inherited_forward(model, self.family.forward_from.model)
         else:
             forward = method(model, "forward")
-            new_model = replace_child(new_model, forward, self.patch_forward(forward, tree, _is_staged(model)))
+            new_model = replace_child(new_model, forward, self.patch_forward(forward, tree, _is_staged(model), relays))
+        if relays:
+            new_model = _declare(new_model, pipeline_relay.declarations(self.relay_key or ""), tree)
+            new_model = add_methods(new_model, pipeline_relay.methods(), tree)
         return new_model
 
     def patch_collecting_model(self, model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
@@ -162,7 +184,9 @@ class DecoderEagle3:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
         return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
 
-    def patch_forward(self, forward: cst.FunctionDef, tree: cst.Module, staged: bool = True) -> cst.FunctionDef:
+    def patch_forward(
+        self, forward: cst.FunctionDef, tree: cst.Module, staged: bool = True, relays: bool = False
+    ) -> cst.FunctionDef:
         model = self.family.model
         body = list(forward.body.body)
         loop = _decoder_loop(body, model, staged)
@@ -182,15 +206,20 @@ class DecoderEagle3:
         (capture,) = statements(f"if {index} in {WANTED}:\n    {AUX}.append({state})\n", tree)
         (capture_last,) = statements(f"if {loop.end} in {WANTED}:\n    {AUX}.append({state})\n", tree)
         (early_return,) = statements(f"if {AUX}:\n    return {returned}, {AUX}\n", tree)
+        received = [mark(s) for s in statements(pipeline_relay.receive(AUX), tree)] if relays else []
+        between = body[loop.at + 1 : norm_at]
+        if relays:
+            between = [pipeline_relay.send_on(s, AUX) if pipeline_relay.sends(s) else s for s in between]
 
         new_body = [
             *body[: loop.at],
             _move_leading_lines(body[loop.at], mark_line(collect)),
             mark_line(wanted),
             self.capture_in_loop(loop, capture),
-            *body[loop.at + 1 : norm_at],
+            *between,
             _move_leading_lines(body[norm_at], mark(capture_last)),
             *([body[norm_at].with_changes(leading_lines=()), *body[norm_at + 1 : -1]] if norm_at < last else []),
+            *received,
             _move_leading_lines(body[-1], mark(early_return)) if norm_at < last else mark(early_return),
             body[-1].with_changes(leading_lines=()),
         ]
@@ -242,10 +271,12 @@ class DecoderEagle3:
         loop = _decoder_loop(list(method(model, "forward").body.body), self.family.model, _is_staged(model))
         return loop.layers, loop.pipelined
 
-    def patch_causal_lm(self, causal_lm: cst.ClassDef, stack: tuple[str, bool], tree: cst.Module) -> cst.ClassDef:
+    def patch_causal_lm(
+        self, causal_lm: cst.ClassDef, stack: tuple[str, bool], limit: Optional[str], tree: cst.Module
+    ) -> cst.ClassDef:
         if self.protocol and not any(is_name(base.value, PROTOCOL) for base in causal_lm.bases):
             causal_lm = add_base(causal_lm, PROTOCOL)
-        methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, *stack)
+        methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, *stack, pipeline_limit=limit)
         return add_methods(causal_lm, methods, tree)
 
 
@@ -405,14 +436,7 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
 def _is_staged(model: cst.ClassDef) -> bool:
     """Whether the model has pipeline stages: its ``__init__`` assigns ``self.start_layer`` (alone or in a
     tuple, ``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
-    for line in find_statements(method(model, "__init__"), cst.SimpleStatementLine):
-        for statement in line.body:
-            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
-            targets += [statement.target] if isinstance(statement, cst.AnnAssign) else []
-            names = [e.value for t in targets for e in (t.elements if isinstance(t, cst.Tuple) else [t])]
-            if any(is_self_attribute(name, "start_layer") for name in names):
-                return True
-    return False
+    return assigns_self_attribute(method(model, "__init__"), "start_layer")
 
 
 def _sets_aux_layers(init: cst.FunctionDef) -> bool:
@@ -430,12 +454,17 @@ def _require_inherited_forward(model: cst.ClassDef, parent: str) -> None:
 
 
 def _declare_empty_ids(model: cst.ClassDef, tree: cst.Module) -> cst.ClassDef:
-    """``aux_hidden_state_layers: tuple[int, ...] = ()`` first in the class body (after its
-    docstring): what a subclass that never runs this ``__init__`` reads in ``forward``."""
-    (declared,) = statements("aux_hidden_state_layers: tuple[int, ...] = ()\n", tree)
+    """``aux_hidden_state_layers: tuple[int, ...] = ()``: what a subclass that never runs this
+    ``__init__`` reads in ``forward``."""
+    return _declare(model, "aux_hidden_state_layers: tuple[int, ...] = ()\n", tree)
+
+
+def _declare(model: cst.ClassDef, code: str, tree: cst.Module) -> cst.ClassDef:
+    """The class attributes in ``code`` first in the class body (after its docstring), marked."""
+    declared = [mark(line) for line in statements(code, tree)]
     body = list(model.body.body)
     at = 1 if body and _is_docstring(body[0]) else 0
-    return model.with_changes(body=model.body.with_changes(body=[*body[:at], mark_line(declared), *body[at:]]))
+    return model.with_changes(body=model.body.with_changes(body=[*body[:at], *declared, *body[at:]]))
 
 
 def _is_docstring(statement: cst.BaseStatement) -> bool:
@@ -744,6 +773,7 @@ class DecoderTarget(SingleFileTarget):
                         interface.getter,
                         with_model,
                         _layers_ignore_residual(source, family.model),
+                        interface.relay_key,
                     )
                     for family, with_model in zip(families, _first_of_each_model(families))
                 )

@@ -12,6 +12,10 @@ from typing import Optional
 
 from vllm_eagle3_patch.eagle3.layer_ids import SMALLEST_DISTINCT_DEFAULT
 from vllm_eagle3_patch.eagle3.release import GETTER
+from vllm_eagle3_patch.patches.pipeline_relay import relaying_setter
+
+NO_RELAY = "this vLLM sends no aux hidden states across ranks"
+"""Why ids on earlier ranks are refused before 0.30.0: no runner carries their states."""
 
 
 def eagle3_methods(
@@ -20,20 +24,26 @@ def eagle3_methods(
     getter: str = GETTER,
     layers: str = "layers",
     pipelined: bool = True,
+    pipeline_limit: Optional[str] = NO_RELAY,
 ) -> str:
     """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
 
     ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
     ``aux_layers`` the getter returns those ids and checks them against the layer count,
     which is only known once the model is built.  The default is
-    ``layer_ids.patched_default``, written out.
+    ``layer_ids.patched_default``, written out.  ``pipeline_limit``: why ids on earlier pipeline ranks
+    are refused, or None where the decoder carries their states across ranks (``pipeline_relay.py``).
     """
     written = (
         default_getter(decoder, getter, layers)
         if aux_layers is None
         else fixed_getter(decoder, aux_layers, getter, layers)
     )
-    return (pipeline_checked_setter(decoder, layers) if pipelined else plain_setter(decoder)) + written
+    if not pipelined:
+        return plain_setter(decoder) + written
+    if pipeline_limit is None:
+        return relaying_setter(decoder) + written
+    return pipeline_checked_setter(decoder, layers, pipeline_limit) + written
 
 
 def plain_setter(decoder: str) -> str:
@@ -44,12 +54,13 @@ def plain_setter(decoder: str) -> str:
     )
 
 
-def pipeline_checked_setter(decoder: str, layers: str = "layers") -> str:
-    """The setter, refusing ids that lie before this pipeline rank's first layer.
+def pipeline_checked_setter(decoder: str, layers: str = "layers", limit: str = NO_RELAY) -> str:
+    """The setter, refusing ids that lie before this pipeline rank's first layer (``limit`` says why).
 
-    The runner calls it only on the last pipeline rank, the drafter's; up to 0.17.x earlier
-    ranks send on hidden states and residual but no aux states, so such an id would reach
-    the drafter as nothing (a shape error in its fc, or worse).
+    Up to 0.29.x the runner calls it only on the last pipeline rank, the drafter's, and earlier
+    ranks send on hidden states and residual but no aux states, so such an id would reach the
+    drafter as nothing (a shape error in its fc, or worse).  From 0.30.0 model runner V2 calls it
+    on every rank, and carries aux states only for decoders that relay them.
     """
     return (
         "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
@@ -64,11 +75,16 @@ def pipeline_checked_setter(decoder: str, layers: str = "layers") -> str:
         'but the drafter "\n'
         '            f"runs on the last rank, which holds layers '
         f'{{decoder.start_layer}}..{{len(decoder.{layers}) - 1}}, and "\n'
-        '            "this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "\n'
+        f'            "{_escaped(limit)}: serve with --pipeline-parallel-size 1 "\n'
         '            f"(--tensor-parallel-size instead), or with aux layer ids >= {decoder.start_layer}"\n'
         "        )\n"
         "    decoder.aux_hidden_state_layers = layers\n"
     )
+
+
+def _escaped(text: str) -> str:
+    """``text`` inside a double-quoted string literal of the written code."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def default_getter(decoder: str, getter: str = GETTER, layers: str = "layers") -> str:

@@ -608,3 +608,87 @@ def test_an_inherited_forward_follows_its_family(code, model, state, reason):
     files = {} if model is None else {"model": model}
     verdict = DecoderTarget(CHILD).examine(code, reader(**files), Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
+
+
+# --------------------------------------------------------------------------- across pipeline ranks (0.30.0+)
+
+KEY = "aux_hidden_states_"
+
+
+def relaying(code: str, relay_key: str | None = KEY) -> str:
+    return DecoderEagle3(TOY, relay_key=relay_key).transform_module(cst.parse_module(code)).code
+
+
+def with_config(code: str) -> str:
+    return code.replace(
+        "        self.layers = make_layers(config)\n",
+        "        self.config = config\n        self.layers = make_layers(config)\n",
+        1,
+    )
+
+
+def test_a_decoder_of_the_usual_shape_carries_its_aux_states_across_ranks() -> None:
+    """Where the release's runner relays aux states: the decoder declares it as upstream's opted-in models
+    do, a non-last rank sends its captures on, the last one puts the earlier ranks' first, and the setter
+    counts the ids captured upstream instead of refusing them."""
+    after = relaying(with_config(source()))
+    model = after[after.index("class ToyModel") : after.index("class ToyForCausalLM")]
+    assert (
+        "class ToyModel(nn.Module):\n"
+        "    supports_aux_hidden_states_over_pp = True  # vllm-eagle3-patch\n"
+        '    AUX_HIDDEN_STATE_KEY = "aux_hidden_states_"  # vllm-eagle3-patch\n'
+    ) in model
+    assert (
+        "            return self.aux_hidden_states_sent_on(IntermediateTensors(hidden_states, residual), "
+        "aux_hidden_states)  # vllm-eagle3-patch\n"
+    ) in model
+    received = model.index("if self._aux_upstream_total_cached:  # vllm-eagle3-patch")
+    assert model.index("hidden_states, _ = self.norm(") < received < model.index("if aux_hidden_states:")
+    assert "def aux_hidden_states_received(self, intermediate_tensors) -> list:  # vllm-eagle3-patch" in model
+    causal_lm = after[after.index("class ToyForCausalLM") :]
+    assert "decoder._aux_slot_base_cached = len(upstream)" in causal_lm and "lies on pipeline rank" not in causal_lm
+    compile(after, "<patched>", "exec")
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        pytest.param(source(), "ToyModel keeps no self.config, by whose hidden_size", id="no-config"),
+        pytest.param(
+            with_config(source(tail=NORM_IN_ELSE_TAIL)),
+            "ToyModel.forward has not one return IntermediateTensors(...) between its loop and its norm",
+            id="norm-beside-the-send",
+        ),
+        pytest.param(
+            with_config(source()).replace("intermediate_tensors", "sent"), "ToyModel.forward takes no", id="no-param"
+        ),
+    ],
+)
+def test_a_decoder_that_cannot_carry_them_refuses_ids_of_earlier_ranks_saying_why(code: str, reason: str) -> None:
+    after = relaying(code)
+    assert "supports_aux_hidden_states_over_pp" not in after and "aux_hidden_states_sent_on" not in after
+    assert "lies on pipeline rank" in after and reason in after
+    compile(after, "<patched>", "exec")
+
+
+def test_before_the_release_relays_the_setter_names_vllms_limit() -> None:
+    after = relaying(with_config(source()), relay_key=None)
+    assert "supports_aux_hidden_states_over_pp" not in after
+    assert '"this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "' in after
+
+
+def test_the_release_says_where_its_runner_relays(tmp_path: Path) -> None:
+    """``Eagle3Interface.relay_key``: read from model runner V2's helpers and the mixin's key, never assumed."""
+    package = tmp_path / "vllm"
+    (package / "v1/worker").mkdir(parents=True)
+    (package / "model_executor/models").mkdir(parents=True)
+    (package / "v1/worker/gpu_model_runner.py").write_text("model.set_aux_hidden_state_layers(x)\n")
+    interfaces = package / "model_executor/models/interfaces.py"
+    interfaces.write_text(
+        'class SupportsEagle3:\n    pass\nclass M:\n    AUX_HIDDEN_STATE_KEY: ClassVar[str] = "aux_"\n'
+    )
+    assert Release(package).interface.relay_key is None
+    relay = package / "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
+    relay.parent.mkdir(parents=True)
+    relay.write_text("def aux_hidden_state_relay_keys(model):\n    pass\n")
+    assert Release(package).interface.relay_key == "aux_"

@@ -337,11 +337,12 @@ class Stage:
             return hidden, None
         return hidden, torch.full_like(hidden, 0.75) - hidden / 2
 
-    def run(self, aux_layers: Sequence[int] | None = None) -> Any:
+    def run(self, aux_layers: Sequence[int] | None = None, received: Any = None) -> Any:
         """Call the real ``forward(input_ids, positions, intermediate_tensors, inputs_embeds)``.
 
         ``aux_layers`` (if given) is written to ``model.aux_hidden_state_layers`` first,
-        as ``set_aux_hidden_state_layers`` does.
+        as ``set_aux_hidden_state_layers`` does.  ``received``: what the previous rank sent
+        (a later rank's ``IntermediateTensors``), instead of :meth:`inputs`.
         """
         if aux_layers is not None:
             self.model.aux_hidden_state_layers = tuple(aux_layers)
@@ -350,7 +351,7 @@ class Stage:
         positions = torch.arange(NUM_TOKENS)
         if self.is_first_rank:
             return self.model.forward(input_ids, positions, None, hidden)
-        tensors = self.intermediate_tensors_class({"hidden_states": hidden, "residual": residual})
+        tensors = received or self.intermediate_tensors_class({"hidden_states": hidden, "residual": residual})
         return self.model.forward(input_ids, positions, tensors, None)
 
 

@@ -17,14 +17,18 @@ DeepSeek is native: there only this file runs (``test_eagle3_behaviour`` is the 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.machinery
 import importlib.util
+import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import harness
 import pytest
+import torch
 from harness import DecoderFile, decoder_stage, reference_forward
 from packaging.version import Version
 from test_eagle3_behaviour import _supports_eagle3, assert_captured, assert_intermediate, assert_same
@@ -263,9 +267,113 @@ def test_nothing_captured_is_unchanged(
 
 
 def test_capturing_on_a_non_last_rank_sends_the_same(family: FamilyUnderTest) -> None:
+    """What the next rank needs, unchanged; a decoder that carries aux states across ranks sends its
+    captures beside it (ids 0 and 2: the stream entering layer 4 is the next rank's to capture)."""
     with decoder_stage(family.decoder, 8, 0, 4, first=True, last=False) as stage:
         ref = reference_forward(stage)
-        assert_intermediate(stage.run((0, 2, 4)), stage, ref)
+        out = stage.run((0, 2, 4))
+        if not relays(stage.model):
+            assert_intermediate(out, stage, ref)
+            return
+        sent = {key: out.tensors.pop(key) for key in list(out.tensors) if key.startswith(RELAY_KEY)}
+        assert_intermediate(out, stage, ref)
+        assert sorted(sent) == [f"{RELAY_KEY}0", f"{RELAY_KEY}1"]
+        assert_same(sent[f"{RELAY_KEY}0"], ref.layer_inputs[0], "id 0 sent on")
+        assert_same(sent[f"{RELAY_KEY}1"], ref.layer_inputs[2], "id 2 sent on")
+
+
+# --------------------------------------------------------------------------- across pipeline ranks
+
+RELAY_UTILS = "vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils"
+RELAY_KEY = "aux_hidden_states_"
+OVER_PP = "supports_aux_hidden_states_over_pp"
+ACROSS_RANKS = (0, 2, 3, 4, 6, 8)
+"""Id 0, id n, and the first layer of each rank in both splits below (the stream entering it is the
+previous rank's output: captured once, by the rank that runs that layer)."""
+
+
+def relays(model: nn.Module) -> bool:
+    """Whether this tool made the decoder carry aux states across pipeline ranks."""
+    return OVER_PP in vars(type(model)) and patched_by_the_tool(importlib.util.find_spec(type(model).__module__))
+
+
+def relay_utils() -> types.ModuleType:
+    """Model runner V2's EAGLE-3 helpers, where they carry aux states across ranks (0.30.0 on)."""
+    spec = importlib.util.find_spec(RELAY_UTILS)
+    if spec is None or "def aux_hidden_state_relay_keys" not in Path(str(spec.origin)).read_text(encoding="utf-8"):
+        pytest.skip(
+            f"vLLM {VERSION}'s runners carry no aux states across pipeline ranks (model runner V2 does from "
+            "0.30.0); the setter refuses ids on earlier ranks (test_eagle3_behaviour's pipeline tests)"
+        )
+    return importlib.import_module(RELAY_UTILS)
+
+
+@contextlib.contextmanager
+def parallel_state_initialized() -> Iterator[None]:
+    """``model_parallel_is_initialized()`` true, as on a real rank (the setter and the runner's helpers ask)."""
+    parallel_state = importlib.import_module("vllm.distributed.parallel_state")
+    saved = parallel_state.model_parallel_is_initialized
+    parallel_state.model_parallel_is_initialized = lambda: True
+    try:
+        yield
+    finally:
+        parallel_state.model_parallel_is_initialized = saved
+
+
+def relayed(utils: types.ModuleType, lm: nn.Module, received: object, sent: object) -> object:
+    """What model runner V2 sends from a middle rank: its output plus the earlier ranks' aux slots,
+    by the release's own ``PPHandler.relay_aux_hidden_states``."""
+    handler = importlib.import_module("vllm.v1.worker.gpu.pp_utils").PPHandler
+    keys = types.SimpleNamespace(aux_hidden_state_relay_keys=utils.aux_hidden_state_relay_keys(lm))
+    return handler.relay_aux_hidden_states(keys, received, sent)
+
+
+@pytest.mark.parametrize(
+    "split", [pytest.param(((0, 4), (4, 8)), id="two-ranks"), pytest.param(((0, 3), (3, 6), (6, 8)), id="three-ranks")]
+)
+def test_aux_states_cross_pipeline_ranks(family: FamilyUnderTest, split: tuple[tuple[int, int], ...]) -> None:
+    """Each rank built and run on its own, joined as model runner V2 joins them (the release's setter call,
+    slot reservation, PP check and relay): the last rank hands the drafter what one rank would, in layer
+    order, and each later rank receives exactly the slots the runner reserved.  A decoder this tool could
+    not make carry them refuses ids on earlier ranks instead, naming why."""
+    utils = relay_utils()
+    with decoder_stage(family.decoder, 8) as whole:
+        expected = reference_forward(whole)
+    sent = None
+    for rank, (start, end) in enumerate(split):
+        first, last = rank == 0, rank == len(split) - 1
+        stage_of_rank = decoder_stage(family.decoder, 8, start, end, first=first, last=last)
+        with stage_of_rank as stage, parallel_state_initialized():
+            lm = harness.causal_lm_shell(family.causal_lm, stage.model, family.decoder.module)
+            lm.make_empty_intermediate_tensors = stage.model.make_empty_intermediate_tensors
+            if not relays(stage.model):
+                if not first:
+                    with pytest.raises(ValueError, match=r"lies on pipeline rank 0, .*--pipeline-parallel-size 1"):
+                        lm.set_aux_hidden_state_layers(ACROSS_RANKS)
+                    return
+                continue
+            lm.set_aux_hidden_state_layers(ACROSS_RANKS)  # what set_eagle3_aux_hidden_state_layers does
+            utils.reserve_aux_intermediate_tensor_slots(lm)
+            utils.verify_supports_aux_hidden_states_over_pp(lm, "eagle3")
+            if sent is not None:
+                reserved = lm.make_empty_intermediate_tensors(harness.NUM_TOKENS, torch.float32, "cpu")
+                assert {k: v.shape for k, v in reserved.items()} == {k: v.shape for k, v in sent.items()}
+            out = stage.run(received=sent)
+            sent = out if last else relayed(utils, lm, sent, out)
+    assert_captured(sent, whole, expected, ACROSS_RANKS)
+
+
+def test_a_runner_that_relays_nothing_is_named() -> None:
+    """Model runner V1 sets the ids on the last rank only and relays nothing: the first forward says so."""
+    relay_utils()
+    qwen2_moe = patched_here("qwen2_moe")
+    with decoder_stage(qwen2_moe.decoder, 8, 4, 8, first=False, last=True) as stage, parallel_state_initialized():
+        if not relays(stage.model):
+            pytest.skip(f"vLLM {VERSION}'s Qwen2MoeModel does not carry aux states across ranks")
+        lm = harness.causal_lm_shell(qwen2_moe.causal_lm, stage.model, qwen2_moe.decoder.module)
+        lm.set_aux_hidden_state_layers(ACROSS_RANKS)
+        with pytest.raises(RuntimeError, match=r"3 EAGLE-3 aux layer ids lie before layer 4.*model runner V2"):
+            stage.run()
 
 
 def test_supports_eagle3(family: FamilyUnderTest) -> None:

@@ -119,6 +119,20 @@ def assigned(statement: Optional[cst.CSTNode]) -> Optional[cst.BaseAssignTargetE
     return None
 
 
+def assigns_self_attribute(function: cst.FunctionDef, name: str) -> bool:
+    """Whether ``function`` assigns ``self.<name>``, alone, annotated or in a tuple
+    (``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
+    for line in find_statements(function, cst.SimpleStatementLine):
+        for statement in line.body:
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
+            targets += [statement.target] if isinstance(statement, cst.AnnAssign) else []
+            elements = [e for t in targets for e in (t.elements if isinstance(t, cst.Tuple) else [cst.Element(t)])]
+            unpacked = [element.value for element in elements]
+            if any(is_self_attribute(target, name) for target in unpacked):
+                return True
+    return False
+
+
 def is_name(node: Optional[cst.CSTNode], *names: str) -> bool:
     """A bare name, one of ``names`` when they are given."""
     return isinstance(node, cst.Name) and (not names or node.value in names)

@@ -39,6 +39,9 @@ EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
 MARKER = "vllm-eagle3-patch"
 """The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
 PROPOSER = "v1/spec_decode/eagle.py"
+RELAY = "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
+"""Model runner V2's EAGLE-3 helpers: from 0.30.0 they carry aux states across pipeline ranks."""
+RELAY_SIGN = "def aux_hidden_state_relay_keys"
 
 PROTOCOL = "SupportsEagle3"
 MIXIN = "EagleModelMixin"
@@ -68,6 +71,10 @@ class Eagle3Interface:
     """Whether ``SupportsEagle3`` exists: the causal LM must list it among its bases."""
     getter: str = GETTER
     """The name under which the runner asks for the default aux layer ids."""
+    relay_key: Optional[str] = None
+    """Where model runner V2 carries aux states across pipeline ranks (0.30.0 on): the prefix of their
+    ``IntermediateTensors`` keys (``EagleModelMixin.AUX_HIDDEN_STATE_KEY``), for a decoder declaring
+    ``supports_aux_hidden_states_over_pp``.  None: no runner of the release carries them."""
 
 
 class Lookup(enum.Enum):
@@ -124,8 +131,15 @@ class Release:
         if SETTER not in runner:
             return None
         getter = DEFAULT_GETTER if DEFAULT_GETTER in runner else GETTER
-        has_protocol = re.search(rf"^class {PROTOCOL}\b", self.read(INTERFACES) or "", re.MULTILINE) is not None
-        return Eagle3Interface(protocol=has_protocol, getter=getter)
+        interfaces = self.read(INTERFACES) or ""
+        has_protocol = re.search(rf"^class {PROTOCOL}\b", interfaces, re.MULTILINE) is not None
+        return Eagle3Interface(protocol=has_protocol, getter=getter, relay_key=self._relay_key(interfaces))
+
+    def _relay_key(self, interfaces: str) -> Optional[str]:
+        if RELAY_SIGN not in (self.read(RELAY) or ""):
+            return None
+        key = re.search(r"^\s+AUX_HIDDEN_STATE_KEY\b[^=]*=\s*[\"']([^\"']+)[\"']", interfaces, re.MULTILINE)
+        return key.group(1) if key else None
 
     @property
     def no_eagle3(self) -> str:

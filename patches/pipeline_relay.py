@@ -1,0 +1,132 @@
+"""Carry a patched decoder's aux states across pipeline ranks, as vLLM does for its opted-in models.
+
+From 0.30.0 model runner V2 runs EAGLE-3 over pipeline ranks for a decoder that declares
+``supports_aux_hidden_states_over_pp`` (``eagle3_utils.py``): it sets the ids on every rank, reserves
+``AUX_HIDDEN_STATE_KEY + slot`` tensors in each later rank's ``IntermediateTensors`` (one per id
+``_aux_slot_base_cached`` counts as captured upstream, sized ``config.hidden_size``), relays them
+through the middle ranks, and the last rank hands the drafter what arrived beside what it captured.
+
+This tool's ids keep their meaning over ranks: id ``k`` is the stream entering layer ``k``, so the
+rank holding layers ``[s, e)`` captures the ids in ``[s, e)`` (and ``n``, the last rank only), and the
+ids before ``s`` are upstream's: ``_aux_slot_base_cached`` counts them.  (Upstream's mixin counts with
+``bisect_right`` because its ranks capture ``(s, e]``; the two layouts agree on what each slot holds.)
+
+A decoder carries them where its ``forward`` has the shape every staged vLLM decoder has: one
+``return IntermediateTensors(...)`` for the non-last ranks after the loop and before the final norm,
+an ``intermediate_tensors`` parameter, and ``self.config`` set in ``__init__`` (read by the runner's
+reservation).  Elsewhere the setter refuses ids on earlier ranks, as on releases before 0.30.0.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from vllm_eagle3_patch.codemod.cst_tools import (
+    assigns_self_attribute,
+    cst,
+    find,
+    is_name,
+    mark_line,
+    method,
+    replace_node,
+)
+
+OVER_PP = "supports_aux_hidden_states_over_pp"
+SENT_ON = "aux_hidden_states_sent_on"
+RECEIVED = "aux_hidden_states_received"
+PARAMETER = "intermediate_tensors"
+
+
+def why_not_relayed(model: cst.ClassDef, body: list[cst.BaseStatement], loop_at: int, norm_at: int) -> Optional[str]:
+    """None where ``model``'s forward (``body``, its loop at ``loop_at``, the final norm at ``norm_at``)
+    can carry aux states across ranks, else what it lacks (the setter's refusal says it)."""
+    forward = method(model, "forward")
+    parameters = [p.name.value for p in (*forward.params.params, *forward.params.kwonly_params)]
+    if PARAMETER not in parameters:
+        return f"{model.name.value}.forward takes no {PARAMETER}"
+    if not assigns_self_attribute(method(model, "__init__"), "config"):
+        return f"{model.name.value} keeps no self.config, by whose hidden_size the runner reserves their slots"
+    sending = _sending_returns(body[loop_at + 1 : norm_at])
+    if len(sending) != 1 or _sending_returns([*body[:loop_at], *body[norm_at:]]):
+        return f"{model.name.value}.forward has not one return IntermediateTensors(...) between its loop and its norm"
+    return None
+
+
+def _sending_returns(statements: list[cst.BaseStatement]) -> list[cst.Return]:
+    return [r for statement in statements for r in find(statement, cst.Return, _is_sending)]
+
+
+def sends(statement: cst.BaseStatement) -> bool:
+    return bool(find(statement, cst.Return, _is_sending))
+
+
+def _is_sending(node: cst.CSTNode) -> bool:
+    """``return IntermediateTensors(...)``: what a non-last rank hands the next."""
+    returned = node.value if isinstance(node, cst.Return) else None
+    return isinstance(returned, cst.Call) and is_name(returned.func, "IntermediateTensors")
+
+
+def send_on(statement: cst.BaseStatement, aux: str) -> cst.BaseStatement:
+    """``return IntermediateTensors(x)`` -> ``return self.aux_hidden_states_sent_on(IntermediateTensors(x), <aux>)``."""
+    (line,) = find(statement, cst.SimpleStatementLine, lambda line: any(_is_sending(s) for s in line.body))
+    (returned,) = [s for s in line.body if _is_sending(s)]
+    call = cst.Call(cst.parse_expression(f"self.{SENT_ON}"), args=[cst.Arg(returned.value), cst.Arg(cst.Name(aux))])
+    return replace_node(statement, line, mark_line(replace_node(line, returned, returned.with_changes(value=call))))
+
+
+def receive(aux: str) -> str:
+    """What the last rank runs before it returns the aux states: the earlier ranks' come first."""
+    return f"if self._aux_upstream_total_cached:\n    {aux} = self.{RECEIVED}({PARAMETER}) + {aux}\n"
+
+
+def declares_relay(model: cst.ClassDef) -> bool:
+    """Whether the model class already carries aux states (another family of its file patched it)."""
+    lines = [line for line in model.body.body if isinstance(line, cst.SimpleStatementLine)]
+    assigns = [s for line in lines for s in line.body if isinstance(s, cst.Assign)]
+    return any(is_name(target.target, OVER_PP) for s in assigns for target in s.targets)
+
+
+def declarations(key: str) -> str:
+    """The class attributes the runner reads on the decoder (``eagle3_utils.py``)."""
+    return (
+        f'{OVER_PP} = True\nAUX_HIDDEN_STATE_KEY = "{key}"\n_aux_slot_base_cached = 0\n_aux_upstream_total_cached = 0\n'
+    )
+
+
+def methods() -> str:
+    """The decoder's two relay methods."""
+    return (
+        f"def {SENT_ON}(self, intermediate_tensors, aux_hidden_states: list):\n"
+        '    """This rank\'s aux states join the tensors sent to the next rank, after the earlier ranks\' slots."""\n'
+        "    for offset, state in enumerate(aux_hidden_states):\n"
+        '        intermediate_tensors[f"{self.AUX_HIDDEN_STATE_KEY}{self._aux_slot_base_cached + offset}"] = state\n'
+        "    return intermediate_tensors\n"
+        f"def {RECEIVED}(self, intermediate_tensors) -> list:\n"
+        '    """The aux states captured on earlier pipeline ranks, in layer order."""\n'
+        '    keys = [f"{self.AUX_HIDDEN_STATE_KEY}{slot}" for slot in range(self._aux_upstream_total_cached)]\n'
+        "    if intermediate_tensors is None or any(key not in intermediate_tensors.tensors for key in keys):\n"
+        "        raise RuntimeError(\n"
+        '            f"vllm-eagle3-patch: {len(keys)} EAGLE-3 aux layer ids lie before layer {self.start_layer}, on "\n'
+        '            "earlier pipeline ranks, and their states did not arrive: only vLLM\'s model runner V2 carries "\n'
+        '            "them across ranks (VLLM_USE_V2_MODEL_RUNNER=1, without async scheduling), else serve with "\n'
+        '            "--pipeline-parallel-size 1"\n'
+        "        )\n"
+        "    return [intermediate_tensors[key] for key in keys]\n"
+    )
+
+
+def relaying_setter(decoder: str) -> str:
+    """The setter on a release and decoder that carry aux states across ranks: ids before this rank's
+    first layer arrive from upstream, in the first ``_aux_slot_base_cached`` slots."""
+    return (
+        "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+        "    from vllm.distributed.parallel_state import get_pp_group, model_parallel_is_initialized\n"
+        f"    decoder = {decoder}\n"
+        "    decoder.aux_hidden_state_layers = layers\n"
+        "    decoder._aux_slot_base_cached = decoder._aux_upstream_total_cached = 0\n"
+        "    if model_parallel_is_initialized() and get_pp_group().world_size > 1:\n"
+        "        upstream = {layer for layer in layers if 0 <= layer < decoder.start_layer}  # earlier ranks'\n"
+        "        decoder._aux_slot_base_cached = len(upstream)\n"
+        "        if get_pp_group().is_last_rank:\n"
+        "            decoder._aux_upstream_total_cached = len(upstream)\n"
+    )

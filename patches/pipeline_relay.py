@@ -108,8 +108,8 @@ def methods() -> str:
         "        raise RuntimeError(\n"
         '            f"vllm-eagle3-patch: {len(keys)} EAGLE-3 aux layer ids lie before layer {self.start_layer}, on "\n'
         '            "earlier pipeline ranks, and their states did not arrive: only vLLM\'s model runner V2 carries "\n'
-        '            "them across ranks (VLLM_USE_V2_MODEL_RUNNER=1, without async scheduling), else serve with "\n'
-        '            "--pipeline-parallel-size 1"\n'
+        '            "them across ranks, and this engine runs V1 (its log says why; on 0.32 V2 refuses pipeline "\n'
+        '            "parallelism with async scheduling): run V2, or serve with --pipeline-parallel-size 1"\n'
         "        )\n"
         "    return [intermediate_tensors[key] for key in keys]\n"
     )

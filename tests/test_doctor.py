@@ -321,3 +321,32 @@ def test_a_model_this_tool_does_not_patch_is_a_note_not_a_guess(release, checkpo
     report = doctor(release("0.17.1"), drafter, target)
     assert finding(report, "vLLM")["verdict"] == "note"
     assert report["captured"] is None and "its own model class chooses" in finding(report, "layers")["detail"]
+
+
+@pytest.mark.parametrize(
+    ("version", "architecture", "model_type", "verdict", "says"),
+    [
+        pytest.param("0.17.1", "MixtralForCausalLM", "mixtral", "note", "one pipeline stage only", id="0.17.1"),
+        pytest.param(
+            "0.33.0",
+            "MixtralForCausalLM",
+            "mixtral",
+            "ok",
+            "carries its aux states across pipeline ranks",
+            id="patched",
+        ),
+        pytest.param("0.33.0", "LlamaForCausalLM", "llama", "ok", "carries its aux states across", id="native"),
+        pytest.param("0.33.0", "DbrxForCausalLM", "dbrx", "note", "does not carry aux states across", id="no-config"),
+    ],
+)
+def test_pipeline_parallelism_is_judged_by_release_and_target(
+    release, checkpoints, version, architecture, model_type, verdict, says
+):
+    """Before 0.30.0 vLLM runs EAGLE-3 on one stage; from 0.30.0 it depends on the target's decoder: native
+    ones that opted in, and those this tool makes carry their aux states (after apply), run over ranks."""
+    package_dir = release(version)
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    target = {**GEMMA3_TEXT, "architectures": [architecture], "model_type": model_type}
+    drafter, target_dir = checkpoints(LLAMA_DRAFTER, target)
+    found = finding(doctor(package_dir, drafter, target_dir), "pipeline")
+    assert found["verdict"] == verdict and says in found["detail"], found

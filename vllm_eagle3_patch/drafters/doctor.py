@@ -19,6 +19,7 @@ from ..codemod.target import State
 from ..eagle3 import layer_ids
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import REGISTRY, Lookup, Release
+from ..patches.pipeline_relay import OVER_PP
 from ..plan import Plan, deepseek_native
 from .drafter_config import (
     Convention,
@@ -30,7 +31,7 @@ from .drafter_config import (
     read_config,
     tensor_shapes,
 )
-from .target_model import TargetModel, target_model_of
+from .target_model import MODELS, TargetModel, target_model_of
 
 LLAMA_DRAFTER = "Eagle3LlamaForCausalLM"
 NATIVE_MLA_DRAFTERS = "vllm>=0.18.0"
@@ -119,6 +120,7 @@ def diagnose(plan: Plan, drafter: Path, target: Optional[Path], command: str) ->
         ids_location_finding(context),
         convention_finding(context),
         layers_finding(context, captured, source, expected),
+        pipeline_finding(context),
     )
     return Diagnosis(plan, drafter_config, target_config, findings, captured, expected)
 
@@ -157,6 +159,46 @@ def release_finding(context: Context) -> Finding:
             "vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply"
         )
     return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"pip install '{NATIVE_MLA_DRAFTERS}'")
+
+
+def pipeline_finding(context: Context) -> Finding:
+    """Whether EAGLE-3 can run over pipeline ranks here: from 0.30.0 model runner V2 carries the aux
+    states of earlier ranks for a decoder that declares it; before, vLLM refuses the drafter itself."""
+    check, where = "pipeline", f"vLLM {context.version}"
+    interface, model = context.release.interface, context.model
+    if interface is None or interface.relay_key is None:
+        return Finding(
+            check,
+            Assessment.NOTE,
+            f"{where} runs EAGLE-3 on one pipeline stage only: before 0.30.0 it gives the drafter the target's "
+            "pipeline size and refuses it (an EAGLE drafter has no SupportsPP); scale with --tensor-parallel-size",
+        )
+    if model is None:
+        return Finding(
+            check,
+            Assessment.NOTE,
+            f"{where} carries aux states across pipeline ranks for targets that "
+            "declare it (model runner V2); give --target to learn whether yours does",
+        )
+    texts = [(f.desired or f.current).decode("utf-8", "replace") for f in model.files if f.family is not None]
+    if not texts and model.module:
+        texts = [context.release.read(module_path(model.module)) or ""]
+    if any(f"{OVER_PP} = True" in text for text in texts):
+        detail = f"{where}: {model.architecture} carries its aux states across pipeline ranks (model runner V2)"
+        return Finding(check, Assessment.OK, detail)
+    return Finding(
+        check,
+        Assessment.NOTE,
+        f"{where}: {model.architecture} does not carry aux states across pipeline ranks: serve it with "
+        "--pipeline-parallel-size 1 (vLLM refuses EAGLE-3 over ranks for it)",
+    )
+
+
+def module_path(module: str) -> str:
+    """The registry's module (``llama``, or ``vllm.models.x.y`` from 0.30) as a path under ``vllm/``."""
+    if module.startswith("vllm."):
+        return module.removeprefix("vllm.").replace(".", "/") + ".py"
+    return f"{MODELS}/{module}.py"
 
 
 # --------------------------------------------------------------------------- the drafter's shape

@@ -60,7 +60,7 @@ from vllm_eagle3_patch.codemod.outline import Function, python_tree
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
-from vllm_eagle3_patch.patches.eagle3_methods import NO_RELAY, eagle3_methods
+from vllm_eagle3_patch.patches.eagle3_methods import NO_RELAY, UPSTREAM_LAYOUT, eagle3_methods
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
@@ -115,6 +115,8 @@ class DecoderEagle3:
     the ``hidden_states`` they return is the whole stream (see :func:`layers_ignoring_the_residual`)."""
     relay_key: Optional[str] = None
     """The release's key for aux states carried across pipeline ranks (``Eagle3Interface.relay_key``)."""
+    inherits_relay: bool = False
+    """The model runs ``family.forward_from``'s forward, which that family's patch makes carry them."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
@@ -137,8 +139,13 @@ class DecoderEagle3:
         name = self.family.model
         if not self.with_model:  # another family of the file patched the model
             return None if pipeline_relay.declares_relay(model) else f"{name} does not carry them"
-        if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
-            return f"{name} runs a forward this tool does not write, which does not carry them"
+        if self.family.runs_upstream_capture:
+            return UPSTREAM_LAYOUT
+        if self.family.forward_from:
+            inherited = f"{name} runs {self.family.forward_from.model}'s forward, which does not carry them"
+            return None if self.inherits_relay else inherited
+        if _collects_global_ids(model):
+            return f"{name} keeps upstream's capture, which does not carry them"
         body = list(method(model, "forward").body.body)
         loop = _decoder_loop(body, name, _is_staged(model))
         return pipeline_relay.why_not_relayed(model, body, loop.at, _final_norm_index(body, loop.at, name))
@@ -774,6 +781,7 @@ class DecoderTarget(SingleFileTarget):
                         with_model,
                         _layers_ignore_residual(source, family.model),
                         interface.relay_key,
+                        interface.relay_key is not None and _relays(family.forward_from, release, options),
                     )
                     for family, with_model in zip(families, _first_of_each_model(families))
                 )
@@ -797,6 +805,17 @@ class DecoderTarget(SingleFileTarget):
             return nested or cls in models or cls in causal_lms  # a nested decoder's outer model is found later
 
         return judge(source, codemod, native=native, preconditions=preconditions, reads=reads, classes=looks_at)
+
+
+def _relays(family: Optional[Family], release: Release, options: Options) -> bool:
+    """Whether ``family``'s patched model (one whose forward another family's model runs) carries aux
+    states across pipeline ranks: its file as ``apply`` leaves it declares so."""
+    source = release.read(family.path) if family is not None else None
+    if family is None or source is None:
+        return False
+    verdict = DecoderTarget(family).examine(source, release, options)
+    written = verdict.patched if verdict.state is State.UNPATCHED else source
+    return f"{pipeline_relay.OVER_PP} = True" in (written or "")
 
 
 def _layers_ignore_residual(source: str, model: str) -> bool:

@@ -16,6 +16,9 @@ from vllm_eagle3_patch.patches.pipeline_relay import relaying_setter
 
 NO_RELAY = "this vLLM sends no aux hidden states across ranks"
 """Why ids on earlier ranks are refused before 0.30.0: no runner carries their states."""
+UPSTREAM_LAYOUT = ""
+"""``pipeline_limit`` of a decoder that runs upstream's ``EagleModelMixin`` forward (0.30.0+): the
+mixin's own setter lays out the slots of its capture, and vLLM's check reads its class's flag."""
 
 
 def eagle3_methods(
@@ -32,7 +35,8 @@ def eagle3_methods(
     ``aux_layers`` the getter returns those ids and checks them against the layer count,
     which is only known once the model is built.  The default is
     ``layer_ids.patched_default``, written out.  ``pipeline_limit``: why ids on earlier pipeline ranks
-    are refused, or None where the decoder carries their states across ranks (``pipeline_relay.py``).
+    are refused, None where the decoder carries their states across ranks (``pipeline_relay.py``), or
+    ``UPSTREAM_LAYOUT``.
     """
     written = (
         default_getter(decoder, getter, layers)
@@ -43,6 +47,8 @@ def eagle3_methods(
         return plain_setter(decoder) + written
     if pipeline_limit is None:
         return relaying_setter(decoder) + written
+    if pipeline_limit == UPSTREAM_LAYOUT:
+        return mixin_setter(decoder) + written
     return pipeline_checked_setter(decoder, layers, pipeline_limit) + written
 
 
@@ -51,6 +57,15 @@ def plain_setter(decoder: str) -> str:
     return (
         "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
         f"    {decoder}.aux_hidden_state_layers = layers\n"
+    )
+
+
+def mixin_setter(decoder: str) -> str:
+    """The setter of a decoder running upstream's ``EagleModelMixin`` capture: the mixin's own, which also
+    lays out the pipeline slots of the ids its forward captures."""
+    return (
+        "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+        f"    {decoder}._set_aux_hidden_state_layers(layers)  # upstream's EagleModelMixin\n"
     )
 
 

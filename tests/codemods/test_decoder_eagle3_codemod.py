@@ -692,3 +692,41 @@ def test_the_release_says_where_its_runner_relays(tmp_path: Path) -> None:
     relay.parent.mkdir(parents=True)
     relay.write_text("def aux_hidden_state_relay_keys(model):\n    pass\n")
     assert Release(package).interface.relay_key == "aux_"
+
+
+RELAYING_RELEASE = {
+    "interfaces": INTERFACES_WITH_PROTOCOL
+    + '\nclass EagleModelMixin:\n    AUX_HIDDEN_STATE_KEY: ClassVar[str] = "aux_"\n',
+    "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py": "def aux_hidden_state_relay_keys(model):\n    pass\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("parent", "relays"),
+    [pytest.param(with_config(source()), True, id="parent-relays"), pytest.param(source(), False, id="parent-cannot")],
+)
+def test_a_model_running_its_parents_forward_relays_as_the_parent_does(parent: str, relays: bool) -> None:
+    """A subclass running a patched forward of another file (LongCat-Flash's n-gram model) gets the relaying
+    setter only where that file's patch makes the forward carry aux states across ranks."""
+    release = reader(model=parent, **RELAYING_RELEASE)
+    verdict = DecoderTarget(CHILD).examine(CHILD_SOURCE, release, Options())
+    assert verdict.state is State.UNPATCHED, verdict.reason
+    child = verdict.patched or ""
+    assert ("decoder._aux_slot_base_cached = len(upstream)" in child) is relays
+    assert ("ChildModel runs ToyModel's forward, which does not carry them" in child) is not relays
+
+
+def test_a_model_running_upstreams_mixin_forward_takes_the_mixins_setter() -> None:
+    """``Glm4Model(LlamaModel)`` on 0.30.0+: upstream's forward captures and lays out its own pipeline slots;
+    the patched causal LM hands the ids to the mixin's setter, which does both, and vLLM's check reads the
+    upstream class's flag."""
+    family = Family("Toy", TOY.path, "ChildModel", "ChildForCausalLM", ("toy",), runs_upstream_capture=True)
+    code = CHILD_SOURCE.replace("class ChildModel(ToyModel):", "class ChildModel(LlamaModel):")
+    after = DecoderEagle3(family, relay_key=KEY).transform_module(cst.parse_module(code)).code
+    setter = after[
+        after.index("def set_aux_hidden_state_layers") : after.index("def get_eagle3_aux_hidden_state_layers")
+    ]
+    assert "self.model._set_aux_hidden_state_layers(layers)  # upstream's EagleModelMixin" in setter
+    assert "lies on pipeline rank" not in setter
+    before_relays = DecoderEagle3(family).transform_module(cst.parse_module(code)).code
+    assert "lies on pipeline rank" in before_relays and "_set_aux_hidden_state_layers" not in before_relays

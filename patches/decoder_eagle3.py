@@ -781,16 +781,20 @@ class DecoderTarget(SingleFileTarget):
                         with_model,
                         _layers_ignore_residual(source, family.model),
                         interface.relay_key,
-                        interface.relay_key is not None and _relays(family.forward_from, release, options),
+                        interface.relay_key is not None and _relays(parents.get(family.name)),
                     )
                     for family, with_model in zip(families, _first_of_each_model(families))
                 )
             )
 
+        parents: dict[str, tuple[str, Verdict]] = {}
+        """The file and verdict of each family's ``forward_from``, judged first (``judge`` runs this before
+        the codemod)."""
+
         def preconditions() -> None:
             for family in families:
                 if family.forward_from is not None:
-                    require_patchable(family.forward_from, release, options)
+                    parents[family.name] = require_patchable(family.forward_from, release, options)
 
         models = {family.model for family in families}
         nested = any(family.decoder.count(".") >= 2 for family in families)  # see _outer_model
@@ -807,13 +811,12 @@ class DecoderTarget(SingleFileTarget):
         return judge(source, codemod, native=native, preconditions=preconditions, reads=reads, classes=looks_at)
 
 
-def _relays(family: Optional[Family], release: Release, options: Options) -> bool:
-    """Whether ``family``'s patched model (one whose forward another family's model runs) carries aux
-    states across pipeline ranks: its file as ``apply`` leaves it declares so."""
-    source = release.read(family.path) if family is not None else None
-    if family is None or source is None:
+def _relays(parent: Optional[tuple[str, Verdict]]) -> bool:
+    """Whether a patched model whose forward another family's model runs (``parent``: its file and
+    verdict) carries aux states across pipeline ranks: its file as ``apply`` leaves it declares so."""
+    if parent is None:
         return False
-    verdict = DecoderTarget(family).examine(source, release, options)
+    source, verdict = parent
     written = verdict.patched if verdict.state is State.UNPATCHED else source
     return f"{pipeline_relay.OVER_PP} = True" in (written or "")
 
@@ -847,12 +850,14 @@ def _first_of_each_model(families: tuple[Family, ...]) -> list[bool]:
     return firsts
 
 
-def require_patchable(family: Family, release: Release, options: Options) -> None:
+def require_patchable(family: Family, release: Release, options: Options) -> tuple[str, Verdict]:
     """A file whose patch relies on ``family``'s (a wrapper delegating to its causal LM, a model
-    inheriting its model's ``forward``) is patched only where that family's file is patched too."""
+    inheriting its model's ``forward``) is patched only where that family's file is patched too.
+    Returns that file and its verdict."""
     source = release.read(family.path)
     if source is None:
         raise Unrecognised(f"{family.path} is missing")
     verdict = DecoderTarget(family).examine(source, release, options)
     if verdict.state not in (State.UNPATCHED, State.PATCHED):
         raise Unrecognised(f"{family.path} is {verdict.state.value}: {verdict.reason}")
+    return source, verdict

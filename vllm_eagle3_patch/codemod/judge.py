@@ -30,7 +30,7 @@ def judge(
     source: str,
     make_codemod: Callable[[], ModuleCodemod],
     native: NativeCheck,
-    preconditions: Callable[[], None] = lambda: None,
+    preconditions: Callable[[], object] = lambda: None,
     reads: Keep = lambda function: True,
     classes: Optional[KeepClass] = None,
 ) -> Verdict:

@@ -118,19 +118,38 @@ def assigned_on_self(cls: ast.ClassDef) -> set[str]:
 @pytest.mark.parametrize("version", ["0.17.1", "0.21.0", "0.33.0"])
 def test_no_subclass_sets_what_a_read_only_property_answers(release, version):
     """The read-only ``model`` / ``embed_tokens`` shown to vLLM's proposer would break a subclass that assigns
-    the same attribute: no class of the release that inherits a patched class does, in any file."""
+    the same attribute: no class of the release that inherits a patched class does, in any file, however
+    far down (bases followed by name, which can only find more)."""
     package_dir = release(version)
     assert cli(package_dir, "apply", "-q").returncode == 0
     answered = answered_by_properties(package_dir)
     assert {"GPT2LMHeadModel", "GPT2Model", "BailingMoeModel", "OPTModel"} <= set(answered), answered
-    clashes = []
+    classes: dict[str, list[tuple[str, set[str], set[str]]]] = {}
     for path in package_dir.rglob("*.py"):
         if ".vllm-eagle3-patch" in path.parts:
             continue
         for cls in (node for node in ast.walk(ast.parse(path.read_bytes())) if isinstance(node, ast.ClassDef)):
-            inherited = {getattr(base, "id", getattr(base, "attr", "")) for base in cls.bases} & set(answered)
-            names = set().union(*(answered[base] for base in inherited)) if inherited else set()
-            clashes += [f"{path.name}: {cls.name} sets self.{name}" for name in names & assigned_on_self(cls)]
+            bases = {getattr(base, "id", getattr(base, "attr", "")) for base in cls.bases}
+            classes.setdefault(cls.name, []).append((path.name, bases, assigned_on_self(cls)))
+
+    def properties_above(name: str) -> set[str]:
+        """What read-only properties answer on ``name`` or any class it inherits from (names may repeat
+        across files, so the walk keeps the names it has seen)."""
+        seen, waiting, above = {name}, [name], set()
+        while waiting:
+            current = waiting.pop()
+            above |= answered.get(current, set())
+            for _, bases, _ in classes.get(current, ()):
+                waiting += [base for base in bases - seen]
+                seen |= bases
+        return above
+
+    clashes = [
+        f"{file}: {name} sets self.{attribute}"
+        for name, definitions in classes.items()
+        for file, bases, assigned in definitions
+        for attribute in assigned & set().union(*(properties_above(base) for base in bases))
+    ]
     assert clashes == []
 
 

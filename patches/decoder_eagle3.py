@@ -818,7 +818,7 @@ def _relays(parent: Optional[tuple[str, Verdict]]) -> bool:
         return False
     source, verdict = parent
     written = verdict.patched if verdict.state is State.UNPATCHED else source
-    return f"{pipeline_relay.OVER_PP} = True" in (written or "")
+    return pipeline_relay.carries_aux_across_ranks(written or "")
 
 
 def _layers_ignore_residual(source: str, model: str) -> bool:

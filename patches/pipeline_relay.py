@@ -79,6 +79,12 @@ def receive(aux: str) -> str:
     return f"if self._aux_upstream_total_cached:\n    {aux} = self.{RECEIVED}({PARAMETER}) + {aux}\n"
 
 
+def carries_aux_across_ranks(text: str) -> bool:
+    """Whether a model file, as it stands or as ``apply`` would leave it, declares a decoder whose aux
+    states cross pipeline ranks (upstream's opted-in models and this tool's alike)."""
+    return f"{OVER_PP} = True" in text
+
+
 def declares_relay(model: cst.ClassDef) -> bool:
     """Whether the model class already carries aux states (another family of its file patched it)."""
     lines = [line for line in model.body.body if isinstance(line, cst.SimpleStatementLine)]

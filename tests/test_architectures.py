@@ -233,3 +233,17 @@ def test_the_gate_types_of_every_architecture_agree_with_transformers(release, m
         and architecture not in ("DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")  # the registry's family lists them
     }
     assert missed == {}
+
+
+def test_status_says_which_patched_architectures_cross_pipeline_ranks(release):
+    """From 0.30.0 (0.33.0 here) the patched decoders of the usual staged shape carry their aux states across
+    ranks, and those that cannot say so; before (0.17.1) none does."""
+    newest, older = release("0.33.0"), release("0.17.1")
+    for package_dir in (newest, older):
+        assert cli(package_dir, "apply", "-q").returncode == 0
+    found = verdicts(newest)
+    assert found["MixtralForCausalLM"]["over_pipeline_ranks"] is True
+    assert found["GPT2LMHeadModel"]["over_pipeline_ranks"] is True  # its decoder is self.transformer
+    assert found["DbrxForCausalLM"]["over_pipeline_ranks"] is False  # DbrxModel keeps no self.config
+    assert found["LlamaForCausalLM"]["over_pipeline_ranks"] is None  # upstream's own
+    assert {v["over_pipeline_ranks"] for v in verdicts(older).values() if v["verdict"] == "patched"} == {False}

@@ -84,7 +84,8 @@ def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sy
     width = max(len(v.architecture) for v in verdicts)
     stream.write("architectures (the release's text-generation registry, as its runner judges them):\n")
     for verdict in verdicts:
-        stream.write(f"  {verdict.verdict:<10} {verdict.architecture:<{width}}  {verdict.reason}\n")
+        ranks = "; its aux states cross pipeline ranks" if verdict.over_pipeline_ranks else ""
+        stream.write(f"  {verdict.verdict:<10} {verdict.architecture:<{width}}  {verdict.reason}{ranks}\n")
     counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in VERDICTS}
     stream.write("  " + ", ".join(f"{count} {kind}" for kind, count in counts.items()) + f" of {len(verdicts)}\n")
 

@@ -9,12 +9,13 @@ family's causal LM, whose file ``apply`` patches), or ``refused``, with the reas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..codemod.target import State
 from ..discovery import Discovery
 from ..eagle3.class_chain import Chain, ChainReader, registry_module
+from ..patches.pipeline_relay import carries_aux_across_ranks
 from ..plan import FilePlan, Plan
 from ..registry import FAMILIES
 
@@ -30,14 +31,19 @@ class ArchitectureVerdict:
     """One of :data:`VERDICTS`."""
     reason: str
     family: Optional[str] = None
+    over_pipeline_ranks: Optional[bool] = None
+    """Whether its decoder carries aux states across pipeline ranks once patched (0.30.0+, model runner V2);
+    None where this tool does not write its file (native or refused: ``doctor --target`` reads those)."""
 
 
 def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
     """One verdict per registered text-generation architecture, in the registry's order."""
     chains = ChainReader(plan.release.read)
     files = {file.path: file for file in plan.files}
+    interface = plan.release.interface
+    relays = interface is not None and interface.relay_key is not None
     return [
-        judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery)
+        judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays)
         for architecture, (module, cls) in plan.release.text_generation_models.items()
     ]
 
@@ -49,6 +55,7 @@ def judge(
     chain: Optional[Chain],
     files: dict[str, FilePlan],
     discovery: Discovery = Discovery(()),
+    relays: bool = False,
 ) -> ArchitectureVerdict:
     def verdict(kind: str, reason: str, family: Optional[str] = None) -> ArchitectureVerdict:
         return ArchitectureVerdict(architecture, module, cls, kind, reason, family)
@@ -61,9 +68,10 @@ def judge(
         if chain.includes(family_module, family.causal_lm) and family.path in files:
             file = files[family.path]
             why = f": {file.reason}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
-            return verdict(
+            found_verdict = verdict(
                 _FROM_STATE[file.state], f"{family.name}: {file.path} is {file.state.value}{why}", family.name
             )
+            return replace(found_verdict, over_pipeline_ranks=_over_pipeline_ranks(file, relays))
     if chain.declares_eagle3:
         holder = next((c for c in chain.classes if "SupportsEagle3" in {b.rsplit(".", 1)[-1] for b in c.bases}), None)
         where = f" (from {holder.module}.{holder.name})" if holder and holder.name != cls else ""
@@ -75,6 +83,16 @@ def judge(
         discovery.unrecognised.get(architecture)
         or f"{cls} ({module}.py) lacks SupportsEagle3, and no model family this tool patches serves it",
     )
+
+
+def _over_pipeline_ranks(file: FilePlan, relays: bool) -> Optional[bool]:
+    """From the file as ``apply`` leaves it; None where that text was not planned (``status`` judges states only)."""
+    if file.state not in (State.PATCHED, State.UNPATCHED):
+        return None
+    text = file.current if file.state is State.PATCHED else file.desired
+    if not relays or text is None:
+        return False if not relays else None
+    return carries_aux_across_ranks(text.decode("utf-8", "replace"))
 
 
 _FROM_STATE = {

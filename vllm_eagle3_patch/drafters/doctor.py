@@ -19,7 +19,7 @@ from ..codemod.target import State
 from ..eagle3 import layer_ids
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import REGISTRY, Lookup, Release
-from ..patches.pipeline_relay import OVER_PP
+from ..patches.pipeline_relay import carries_aux_across_ranks
 from ..plan import Plan, deepseek_native
 from .drafter_config import (
     Convention,
@@ -183,7 +183,7 @@ def pipeline_finding(context: Context) -> Finding:
     texts = [(f.desired or f.current).decode("utf-8", "replace") for f in model.files if f.family is not None]
     if not texts and model.module:
         texts = [context.release.read(module_path(model.module)) or ""]
-    if any(f"{OVER_PP} = True" in text for text in texts):
+    if any(carries_aux_across_ranks(text) for text in texts):
         detail = f"{where}: {model.architecture} carries its aux states across pipeline ranks (model runner V2)"
         return Finding(check, Assessment.OK, detail)
     return Finding(

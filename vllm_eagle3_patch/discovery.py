@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 from .codemod.family import Family
+from .codemod.two_processes import on_two_processes
 from .eagle3.class_chain import ChainReader, ClassInfo, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
@@ -93,6 +94,9 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     """A family for every registered text-generation architecture whose class lacks EAGLE-3 and
     that no family of ``known`` serves, keyed by (file, causal LM); in the registry's order."""
     chains = ChainReader(release.read)
+    chains.read_ahead(
+        (registry_module(module) for module, _ in release.text_generation_models.values()), on_two_processes
+    )
     found: dict[tuple[str, str], Family] = {}
     architectures: dict[str, tuple[str, str]] = {}
     unrecognised: dict[str, str] = {}

@@ -231,7 +231,7 @@ def _judged_ahead(
             except (OSError, UnicodeDecodeError):
                 pass
     jobs = [lambda t=t: t.examine(sources[id(t)], release, options) for t in targets if id(t) in sources]
-    judged = dict(zip(sources, judge_all(jobs)))
+    judged = dict(zip(sources, judge_all(jobs, [len(source) for source in sources.values()])))
 
     def examine(target: Target, source: str, tree: Release, chosen: Options) -> Verdict:
         ahead = judged.pop(id(target), None)  # once: a replan of the same target reads its backup

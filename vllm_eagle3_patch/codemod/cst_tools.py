@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-from functools import cache
+from functools import cache, lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 from .target import MARKER, Unrecognised
 
@@ -178,8 +178,15 @@ def has_method(cls: cst.ClassDef, name: str) -> bool:
 
 def statements(code: str, module: cst.Module) -> list[cst.BaseStatement]:
     """Parse ``code`` (dedented statements) as statements fitting ``module``'s style."""
-    parsed = cst.parse_module(code.replace("\n", module.default_newline), config=module.config_for_parsing)
-    return list(parsed.body)
+    return list(_parsed(code.replace("\n", module.default_newline), module.config_for_parsing))
+
+
+@lru_cache(maxsize=256)
+def _parsed(code: str, config: Any) -> tuple[cst.BaseStatement, ...]:
+    """The statements of ``code``, parsed once: most files of a release get the same methods, and parsing
+    them is a fifth of ``apply``.  LibCST's nodes are immutable, so trees may share them; this tool's
+    identity-based edits (:func:`replace_node`) only ever look for nodes of the file being patched."""
+    return tuple(cst.parse_module(code, config=config).body)
 
 
 def mark_header(block: cst.IndentedBlock) -> cst.IndentedBlock:

@@ -1,77 +1,95 @@
-"""Judge many files on two processes: ``apply`` and ``diff`` write out some 70 patched model files.
+"""Run many independent jobs on two processes: ``apply`` and ``diff`` write out some 70 patched model
+files, and finding the families by rule parses some 120.
 
-Parsing, transforming and writing out a file with LibCST is pure Python, one file at a time; a forked
-child takes every other file, so two CPUs halve the wait.  The child inherits everything the parent
-has loaded (the release, the codemods), and hands back only what a plan keeps of a verdict: its
-state, its reason and its patched text.  Where there is no ``fork`` (Windows), or few files, the
-files are judged here, one after the other.
+Parsing, transforming and writing out a file is pure Python, one file at a time; a forked child takes
+part of the jobs, so two CPUs halve the wait.  The shares are balanced by each job's weight (a file's
+size): the heaviest first, each to the side with less so far.  The child inherits everything the parent
+has loaded (the release, the codemods, the sources already read), and hands back only the jobs'
+results, pickled.  Where there is no ``fork`` (Windows), or few jobs, they run here, one after the other.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Callable, Sequence
+import pickle
+from typing import Callable, Optional, Sequence, TypeVar
 
 from ..errors import ToolError
 from .target import State, Verdict
 
+T = TypeVar("T")
 FEW = 8
-"""Below this many files a fork costs more than it saves."""
+"""Below this many jobs a fork costs more than it saves."""
 
 
-def judge_all(jobs: Sequence[Callable[[], Verdict]]) -> list[Verdict]:
-    """``job()`` for every job, in order, the odd ones in a forked child; each with its patched text."""
+def judge_all(jobs: Sequence[Callable[[], Verdict]], weights: Optional[Sequence[float]] = None) -> list[Verdict]:
+    """``job()`` for every job, in order, each verdict with its patched text (a codemod bug raises in the
+    process judging: the text is written out and compiled there)."""
+    answers = on_two_processes([lambda job=job: _encoded(job()) for job in jobs], weights)
+    return [Verdict.written(State(state), reason, text) for state, reason, text in answers]
+
+
+def on_two_processes(jobs: Sequence[Callable[[], T]], weights: Optional[Sequence[float]] = None) -> list[T]:
+    """``job()`` for every job, in order; a share of them in a forked child (results must pickle)."""
     if len(jobs) < FEW or not hasattr(os, "fork"):
-        return [_with_text(job()) for job in jobs]
+        return [job() for job in jobs]
+    theirs_at = set(_child_share(weights or [1.0] * len(jobs)))
+    mine_at = [i for i in range(len(jobs)) if i not in theirs_at]
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child's coverage is its parent's results
         os.close(read_end)
-        _run_child(jobs[1::2], write_end)
+        _run_child([jobs[i] for i in sorted(theirs_at)], write_end)
     os.close(write_end)
     try:
-        mine = [_with_text(job()) for job in jobs[0::2]]
+        mine = [jobs[i]() for i in mine_at]
     finally:
         with os.fdopen(read_end, "rb") as pipe:
             answer = pipe.read()
         _, status = os.waitpid(child, 0)
-    theirs = _decoded(answer, status)
-    merged = [verdict for pair in zip(mine, theirs) for verdict in pair]
-    return merged + mine[len(theirs) :]
+    results = dict(zip(mine_at, mine))
+    results.update(zip(sorted(theirs_at), _decoded(answer, status)))
+    return [results[i] for i in range(len(jobs))]
 
 
-def _with_text(verdict: Verdict) -> Verdict:
-    """The verdict with its patched text written out (a codemod bug raises here, in the process judging)."""
-    verdict.patched  # noqa: B018 - computes and keeps the cached text
-    return verdict
+def _child_share(weights: Sequence[float]) -> list[int]:
+    """The jobs the child takes: greedily, the heaviest first, each to the lighter side (the parent's on a tie)."""
+    parent = child = 0.0
+    taken = []
+    for index in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        if child < parent:
+            child += weights[index]
+            taken.append(index)
+        else:
+            parent += weights[index]
+    return taken
 
 
-def _run_child(jobs: Sequence[Callable[[], Verdict]], write_end: int) -> None:
-    """Judge ``jobs`` and send the answers, or the error, down the pipe; never return."""
+def _run_child(jobs: Sequence[Callable[[], object]], write_end: int) -> None:
+    """Run ``jobs`` and send their results, or the error, down the pipe; never return."""
     code = 0
     try:
-        answers: object = [_encoded(_with_text(job())) for job in jobs]
+        answer: tuple = ("results", [job() for job in jobs])
     except ToolError as error:
-        answers, code = {"tool_error": str(error)}, 1
+        answer, code = ("tool_error", str(error)), 1
     except BaseException as error:  # noqa: BLE001 - the parent raises it again
-        answers, code = {"error": f"{type(error).__name__}: {error}"}, 1
+        answer, code = ("error", f"{type(error).__name__}: {error}"), 1
     with os.fdopen(write_end, "wb") as pipe:
-        pipe.write(json.dumps(answers).encode("utf-8"))
+        pipe.write(pickle.dumps(answer))
     os._exit(code)
 
 
-def _encoded(verdict: Verdict) -> list:
-    return [verdict.state.value, verdict.reason, verdict.patched]
+def _encoded(verdict: Verdict) -> tuple[str, str, Optional[str]]:
+    return verdict.state.value, verdict.reason, verdict.patched
 
 
-def _decoded(answer: bytes, status: int) -> list[Verdict]:
+def _decoded(answer: bytes, status: int) -> list:
     try:
-        data = json.loads(answer)
-    except ValueError:
-        data = {"error": f"the judging process ended without an answer (status {status})"}
-    if isinstance(data, dict) and "tool_error" in data:
-        raise ToolError(data["tool_error"])
-    if isinstance(data, dict):
-        raise RuntimeError(f"judging the files in a second process failed: {data['error']}")
-    return [Verdict.written(State(state), reason, text) for state, reason, text in data]
+        kind, data = pickle.loads(answer)
+    except Exception:  # noqa: BLE001 - a child that died mid-write
+        kind, data = "error", f"the second process ended without an answer (status {status})"
+    if kind == "tool_error":
+        raise ToolError(data)
+    if kind == "error":
+        raise RuntimeError(f"running jobs in a second process failed: {data}")
+    return data

@@ -12,10 +12,12 @@ from __future__ import annotations
 import ast
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .release import GETTERS, MARKER, PROTOCOL, ReadFile
 
+RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
+"""Runs jobs, given their weights, and returns their results in order (``codemod/two_processes.py``)."""
 MODELS = "model_executor.models"
 """Where the registry's bare module names live (``llama``); newer registries also name ``vllm.models.x``."""
 
@@ -111,15 +113,29 @@ class ChainReader:
         imported = parsed.imports.get(name)
         return self._class(*imported, hops - 1) if imported is not None and hops > 0 else None
 
+    def read_ahead(
+        self, modules: Iterable[str], run_all: RunAll = lambda jobs, weights: [job() for job in jobs]
+    ) -> None:
+        """Parse ``modules`` now, the jobs run by ``run_all`` (discovery's runs them on two processes):
+        finding the families reads every registered model file.  The files are read here, through the
+        reader, so that a reader recording what was read sees them all."""
+        wanted = [module for module in dict.fromkeys(modules) if module not in self._parsed]
+        sources = [self._source(module) for module in wanted]
+        jobs = [lambda module=module, found=found: _parse(module, *found) for module, found in zip(wanted, sources)]
+        self._parsed.update(zip(wanted, run_all(jobs, [len(source or "") for source, _ in sources])))
+
     def _module(self, module: str) -> Optional[_Module]:
         if module not in self._parsed:
-            path = module.replace(".", "/")
-            source = self._read(f"{path}.py")
-            is_package = source is None
-            if is_package:
-                source = self._read(f"{path}/__init__.py")
-            self._parsed[module] = _parse(module, source, is_package)
+            self._parsed[module] = _parse(module, *self._source(module))
         return self._parsed[module]
+
+    def _source(self, module: str) -> tuple[Optional[str], bool]:
+        """The module's file, and whether it is a package's ``__init__``."""
+        path = module.replace(".", "/")
+        source = self._read(f"{path}.py")
+        if source is not None:
+            return source, False
+        return self._read(f"{path}/__init__.py"), True
 
 
 def registry_module(module: str) -> str:

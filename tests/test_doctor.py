@@ -255,7 +255,7 @@ def test_text_output_is_one_line_per_finding_with_its_fix(release, checkpoints):
     completed = run_cli("--vllm-dir", str(package_dir), "doctor", "--drafter", str(drafter), "--target", str(target))
     assert completed.returncode == 1
     lines = completed.stdout.splitlines()
-    assert len(lines) == 9 and lines[-1].startswith("verdict: not consistent")
+    assert len(lines) == 10 and lines[-1].startswith("verdict: not consistent")  # nine findings
     (problem,) = [line for line in lines if line.startswith("problem")]
     assert problem.endswith(f"fix: vllm-eagle3-patch --vllm-dir {package_dir} apply")
 

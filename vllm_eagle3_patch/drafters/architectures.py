@@ -89,10 +89,10 @@ def _over_pipeline_ranks(file: FilePlan, relays: bool) -> Optional[bool]:
     """From the file as ``apply`` leaves it; None where that text was not planned (``status`` judges states only)."""
     if file.state not in (State.PATCHED, State.UNPATCHED):
         return None
+    if not relays:
+        return False
     text = file.current if file.state is State.PATCHED else file.desired
-    if not relays or text is None:
-        return False if not relays else None
-    return carries_aux_across_ranks(text.decode("utf-8", "replace"))
+    return None if text is None else carries_aux_across_ranks(text.decode("utf-8", "replace"))
 
 
 _FROM_STATE = {

@@ -160,7 +160,8 @@ def test_qwen3_5_on_its_own_interpreter(release):
     its multimodal class (Qwen3-VL's methods) reach it."""
     python = environments.engine_python("2.10.0")
     package_dir = release("0.17.1")
-    selected = ("-k", "qwen3_5", "-rs")
+    # 0.17.1's runners relay nothing across pipeline ranks: those tests skip there by design.
+    selected = ("-k", "qwen3_5 and not cross_pipeline_ranks", "-rs")
     unpatched = run_inside(python, package_dir, *selected, suite="test_family_behaviour.py")
     assert unpatched.returncode == 1, unpatched.stdout[-3000:]
     assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0

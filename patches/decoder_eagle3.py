@@ -60,7 +60,8 @@ from vllm_eagle3_patch.codemod.outline import Function, python_tree
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
-from vllm_eagle3_patch.patches.eagle3_methods import NO_RELAY, UPSTREAM_LAYOUT, eagle3_methods
+from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
+from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, RELAYED, OverRanks
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
@@ -120,37 +121,46 @@ class DecoderEagle3:
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
-        stack = self.layer_stack(model)
-        limit = self.pipeline_limit(model)
+        loop = self.own_loop(model)
+        over_ranks = self.over_ranks(model, loop)
         if self.with_model:
-            tree = replace_child(tree, model, self.patch_model(model, tree, relays=limit is None))
+            tree = replace_child(tree, model, self.patch_model(model, loop, tree, over_ranks == RELAYED))
         causal_lm = top_level_class(tree, self.family.causal_lm)
-        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, stack, limit, tree))
+        tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, loop, over_ranks, tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         # last, so that a loop the codemod cannot follow is named first
         return _share_the_embedding(tree, self.family)
 
-    def pipeline_limit(self, model: cst.ClassDef) -> Optional[str]:
-        """None where the patched model carries its aux states across pipeline ranks (``pipeline_relay.py``):
-        the release's runner does, and the forward is this codemod's, over a stage's layers; else why not."""
+    def own_loop(self, model: cst.ClassDef) -> Optional[Loop]:
+        """The decoder loop of the model's own ``forward``, which this codemod patches; None where the
+        model runs another's (``forward_from``, upstream's mixin) or keeps upstream's capture."""
+        if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
+            return None
+        return _decoder_loop(list(method(model, "forward").body.body), self.family.model, _is_staged(model))
+
+    def over_ranks(self, model: cst.ClassDef, loop: Optional[Loop]) -> OverRanks:
+        """Who will carry the aux states of ids on earlier pipeline ranks: this tool, where the release's
+        runner carries them and the forward is this codemod's, over a stage's layers; else why nobody."""
         if self.relay_key is None:
             return NO_RELAY
         name = self.family.model
         if not self.with_model:  # another family of the file patched the model
-            return None if pipeline_relay.declares_relay(model) else f"{name} does not carry them"
+            return RELAYED if pipeline_relay.declares_relay(model) else OverRanks.refused(f"{name} does not carry them")
         if self.family.runs_upstream_capture:
-            return UPSTREAM_LAYOUT
+            return MIXIN_RELAYS
         if self.family.forward_from:
             inherited = f"{name} runs {self.family.forward_from.model}'s forward, which does not carry them"
-            return None if self.inherits_relay else inherited
-        if _collects_global_ids(model):
-            return f"{name} keeps upstream's capture, which does not carry them"
+            return RELAYED if self.inherits_relay else OverRanks.refused(inherited)
+        if loop is None:
+            return OverRanks.refused(f"{name} keeps upstream's capture, which does not carry them")
         body = list(method(model, "forward").body.body)
-        loop = _decoder_loop(body, name, _is_staged(model))
-        return pipeline_relay.why_not_relayed(model, body, loop.at, _final_norm_index(body, loop.at, name))
+        lacking = pipeline_relay.why_not_relayed(model, body, loop.at, _final_norm_index(body, loop.at, name))
+        return RELAYED if lacking is None else OverRanks.refused(lacking)
 
-    def patch_model(self, model: cst.ClassDef, tree: cst.Module, relays: bool = False) -> cst.ClassDef:
+    def patch_model(
+        self, model: cst.ClassDef, loop: Optional[Loop], tree: cst.Module, relays: bool = False
+    ) -> cst.ClassDef:
         """``__init__`` sets the empty ids (unless upstream's does); ``forward`` captures, unless
         it is inherited from ``family.forward_from``'s model, which that family's file patches, or
         upstream's ``EagleModelMixin`` decoder already collects global ids (then only the causal LM
@@ -170,8 +180,9 @@ class DecoderEagle3:
         if self.family.forward_from is not None:
             _require_inherited_forward(model, self.family.forward_from.model)
         else:
+            assert loop is not None, "own_loop finds the loop of every forward the model runs as its own"
             forward = method(model, "forward")
-            new_model = replace_child(new_model, forward, self.patch_forward(forward, tree, _is_staged(model), relays))
+            new_model = replace_child(new_model, forward, self.patch_forward(forward, loop, tree, relays))
         if relays:
             new_model = _declare(new_model, pipeline_relay.declarations(self.relay_key or ""), tree)
             new_model = add_methods(new_model, pipeline_relay.methods(), tree)
@@ -192,11 +203,11 @@ class DecoderEagle3:
         return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
 
     def patch_forward(
-        self, forward: cst.FunctionDef, tree: cst.Module, staged: bool = True, relays: bool = False
+        self, forward: cst.FunctionDef, loop: Loop, tree: cst.Module, relays: bool = False
     ) -> cst.FunctionDef:
+        """``loop``: the decoder loop of ``forward`` (``own_loop``)."""
         model = self.family.model
         body = list(forward.body.body)
-        loop = _decoder_loop(body, model, staged)
         state = _residual_stream(loop, model, self.layers_add_the_residual)
         collected = _upstream_capture(loop)
         if collected is not None:
@@ -271,19 +282,15 @@ class DecoderEagle3:
         target = cst.Tuple([cst.Element(cst.Name(INDEX)), cst.Element(inner)], lpar=[], rpar=[])
         return node.with_changes(target=target, iter=numbered, body=mark_header(body))
 
-    def layer_stack(self, model: cst.ClassDef) -> tuple[str, bool]:
-        """``(attribute of the layers, pipelined)`` of the model's loop, for the causal LM's methods."""
-        if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
-            return "layers", True
-        loop = _decoder_loop(list(method(model, "forward").body.body), self.family.model, _is_staged(model))
-        return loop.layers, loop.pipelined
-
     def patch_causal_lm(
-        self, causal_lm: cst.ClassDef, stack: tuple[str, bool], limit: Optional[str], tree: cst.Module
+        self, causal_lm: cst.ClassDef, loop: Optional[Loop], over_ranks: OverRanks, tree: cst.Module
     ) -> cst.ClassDef:
+        """The protocol and the two methods; their layer count reads the loop's layers (all of a staged
+        model's ``layers`` where the forward is another's)."""
         if self.protocol and not any(is_name(base.value, PROTOCOL) for base in causal_lm.bases):
             causal_lm = add_base(causal_lm, PROTOCOL)
-        methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, *stack, pipeline_limit=limit)
+        layers, pipelined = (loop.layers, loop.pipelined) if loop else ("layers", True)
+        methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, layers, pipelined, over_ranks)
         return add_methods(causal_lm, methods, tree)
 
 

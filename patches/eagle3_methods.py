@@ -12,13 +12,7 @@ from typing import Optional
 
 from vllm_eagle3_patch.eagle3.layer_ids import SMALLEST_DISTINCT_DEFAULT
 from vllm_eagle3_patch.eagle3.release import GETTER
-from vllm_eagle3_patch.patches.pipeline_relay import relaying_setter
-
-NO_RELAY = "this vLLM sends no aux hidden states across ranks"
-"""Why ids on earlier ranks are refused before 0.30.0: no runner carries their states."""
-UPSTREAM_LAYOUT = ""
-"""``pipeline_limit`` of a decoder that runs upstream's ``EagleModelMixin`` forward (0.30.0+): the
-mixin's own setter lays out the slots of its capture, and vLLM's check reads its class's flag."""
+from vllm_eagle3_patch.patches.pipeline_relay import NO_RELAY, Carrier, OverRanks, relaying_setter
 
 
 def eagle3_methods(
@@ -27,16 +21,15 @@ def eagle3_methods(
     getter: str = GETTER,
     layers: str = "layers",
     pipelined: bool = True,
-    pipeline_limit: Optional[str] = NO_RELAY,
+    over_ranks: OverRanks = NO_RELAY,
 ) -> str:
     """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
 
     ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
     ``aux_layers`` the getter returns those ids and checks them against the layer count,
     which is only known once the model is built.  The default is
-    ``layer_ids.patched_default``, written out.  ``pipeline_limit``: why ids on earlier pipeline ranks
-    are refused, None where the decoder carries their states across ranks (``pipeline_relay.py``), or
-    ``UPSTREAM_LAYOUT``.
+    ``layer_ids.patched_default``, written out.  ``over_ranks``: who carries the states of ids on
+    earlier pipeline ranks, or why the setter refuses those ids (``pipeline_relay.py``).
     """
     written = (
         default_getter(decoder, getter, layers)
@@ -45,11 +38,11 @@ def eagle3_methods(
     )
     if not pipelined:
         return plain_setter(decoder) + written
-    if pipeline_limit is None:
+    if over_ranks.carrier is Carrier.THIS_TOOL:
         return relaying_setter(decoder) + written
-    if pipeline_limit == UPSTREAM_LAYOUT:
+    if over_ranks.carrier is Carrier.UPSTREAMS_MIXIN:
         return mixin_setter(decoder) + written
-    return pipeline_checked_setter(decoder, layers, pipeline_limit) + written
+    return pipeline_checked_setter(decoder, layers, over_ranks.refusal) + written
 
 
 def plain_setter(decoder: str) -> str:
@@ -69,7 +62,7 @@ def mixin_setter(decoder: str) -> str:
     )
 
 
-def pipeline_checked_setter(decoder: str, layers: str = "layers", limit: str = NO_RELAY) -> str:
+def pipeline_checked_setter(decoder: str, layers: str = "layers", limit: str = NO_RELAY.refusal) -> str:
     """The setter, refusing ids that lie before this pipeline rank's first layer (``limit`` says why).
 
     Up to 0.29.x the runner calls it only on the last pipeline rank, the drafter's, and earlier

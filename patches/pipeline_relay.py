@@ -19,6 +19,8 @@ reservation).  Elsewhere the setter refuses ids on earlier ranks, as on releases
 
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
@@ -35,6 +37,35 @@ OVER_PP = "supports_aux_hidden_states_over_pp"
 SENT_ON = "aux_hidden_states_sent_on"
 RECEIVED = "aux_hidden_states_received"
 PARAMETER = "intermediate_tensors"
+
+
+class Carrier(enum.Enum):
+    """Who carries the aux states that earlier pipeline ranks capture to the drafter's rank."""
+
+    NOBODY = "nobody"
+    THIS_TOOL = "this tool"
+    """The patched forward sends and receives them (this module)."""
+    UPSTREAMS_MIXIN = "upstream's EagleModelMixin"
+    """The decoder runs the mixin's forward (0.30.0+), whose own setter lays out their slots."""
+
+
+@dataclass(frozen=True)
+class OverRanks:
+    """What a patched setter does with ids that earlier pipeline ranks capture: ``carrier`` carries
+    them, or, where nobody does, the setter refuses them and its error says ``refusal``."""
+
+    carrier: Carrier
+    refusal: str = ""
+
+    @classmethod
+    def refused(cls, why: str) -> OverRanks:
+        return cls(Carrier.NOBODY, why)
+
+
+NO_RELAY = OverRanks.refused("this vLLM sends no aux hidden states across ranks")
+"""Releases before 0.30.0: no runner carries the states of ids on earlier ranks."""
+RELAYED = OverRanks(Carrier.THIS_TOOL)
+MIXIN_RELAYS = OverRanks(Carrier.UPSTREAMS_MIXIN)
 
 
 def why_not_relayed(model: cst.ClassDef, body: list[cst.BaseStatement], loop_at: int, norm_at: int) -> Optional[str]:

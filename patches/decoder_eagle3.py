@@ -15,17 +15,13 @@ mixin's default ``(2, n // 2, n - 3)`` repeats ids below 7 layers.  Rather than 
 and correct both, the patched model keeps this codemod's ``forward`` and overrides both
 methods of ``SupportsEagle3``, so the protocol's defaults (which expect the mixin) never run.
 
-Four loop shapes are recognised: ``islice(self.layers, self.start_layer, self.end_layer)``,
-``self.layers[self.start_layer:self.end_layer]`` (enumerated with global ids),
-``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]`` and either of the
-first two already ``enumerate``-d from ``self.start_layer`` (``i`` is the id).  DeepSeek-V2/V3,
-the first family, uses the first two.  Where upstream's loop already captures the requested
-ids (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods), only id ``end_layer`` is added.
+The loop is found by its shape (``decoder_loop.py`` says which shapes).  Where upstream's loop
+already captures the requested ids (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods),
+only id ``end_layer`` is added.
 """
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Optional
 
@@ -34,7 +30,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     add_import,
     add_methods,
     assigned,
-    assigns_self_attribute,
     cst,
     find,
     find_statements,
@@ -56,10 +51,21 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
-from vllm_eagle3_patch.codemod.outline import Function, python_tree
+from vllm_eagle3_patch.codemod.outline import Function
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
+from vllm_eagle3_patch.patches.decoder_loop import (
+    Loop,
+    decoder_loop,
+    enumerates_own_layers,
+    final_norm_index,
+    final_return,
+    is_staged,
+    layers_ignoring_the_residual,
+    residual_stream,
+    upstream_capture,
+)
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, RELAYED, OverRanks
 
@@ -67,33 +73,6 @@ AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
 WANTED = "aux_layer_ids"
 """A local copy of ``self.aux_hidden_state_layers``: the loop then pays ~30 ns a layer, not ~75."""
-
-
-@dataclass(frozen=True)
-class Loop:
-    """The decoder loop of ``forward`` and what the codemod needs to know about it."""
-
-    at: int
-    """Its index in the body of ``forward``."""
-    node: cst.For
-    layer: str
-    """The name the layer is bound to (``layer``)."""
-    global_id: Optional[str]
-    """The name already holding the global layer id (range form), or None: enumerate it."""
-    layers: str = "layers"
-    """The attribute holding the decoder layers (``layers``; ``h`` and ``blocks`` in GPT-2-style models)."""
-    pipelined: bool = True
-    """Whether the loop runs this pipeline stage's layers (``self.start_layer`` to ``self.end_layer``);
-    a model without pipeline parallelism runs all of them, and its ids count from 0."""
-
-    @property
-    def start(self) -> str:
-        return "self.start_layer" if self.pipelined else "0"
-
-    @property
-    def end(self) -> str:
-        """The id after the stage's last layer: the last layer's output is captured under it."""
-        return "self.end_layer" if self.pipelined else f"len(self.{self.layers})"
 
 
 @dataclass(frozen=True)
@@ -137,7 +116,7 @@ class DecoderEagle3:
         model runs another's (``forward_from``, upstream's mixin) or keeps upstream's capture."""
         if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
             return None
-        return _decoder_loop(list(method(model, "forward").body.body), self.family.model, _is_staged(model))
+        return decoder_loop(list(method(model, "forward").body.body), self.family.model, is_staged(model))
 
     def over_ranks(self, model: cst.ClassDef, loop: Optional[Loop]) -> OverRanks:
         """Who will carry the aux states of ids on earlier pipeline ranks: this tool, where the release's
@@ -155,7 +134,7 @@ class DecoderEagle3:
         if loop is None:
             return OverRanks.refused(f"{name} keeps upstream's capture, which does not carry them")
         body = list(method(model, "forward").body.body)
-        lacking = pipeline_relay.why_not_relayed(model, body, loop.at, _final_norm_index(body, loop.at, name))
+        lacking = pipeline_relay.why_not_relayed(model, body, loop.at, final_norm_index(body, loop.at, name))
         return RELAYED if lacking is None else OverRanks.refused(lacking)
 
     def patch_model(
@@ -208,16 +187,16 @@ class DecoderEagle3:
         """``loop``: the decoder loop of ``forward`` (``own_loop``)."""
         model = self.family.model
         body = list(forward.body.body)
-        state = _residual_stream(loop, model, self.layers_add_the_residual)
-        collected = _upstream_capture(loop)
+        state = residual_stream(loop, model, self.layers_add_the_residual)
+        collected = upstream_capture(loop)
         if collected is not None:
             return self.capture_last_too(forward, loop, collected, state, tree)
         taken = names_in(forward) & {AUX, INDEX, WANTED}
         if taken:
             raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
-        norm_at = _final_norm_index(body, loop.at, model)
+        norm_at = final_norm_index(body, loop.at, model)
         last = len(body) - 1  # the final return, which may itself call the norm
-        returned = _final_return(body, model)
+        returned = final_return(body, model)
         index = loop.global_id or INDEX
 
         collect, wanted = statements(f"{AUX} = []\n{WANTED} = self.aux_hidden_state_layers\n", tree)
@@ -250,7 +229,7 @@ class DecoderEagle3:
         ``collected`` (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods): add id
         ``end_layer``, the last layer's pre-norm output, so every family takes the same ids."""
         body = list(forward.body.body)
-        norm_at = _final_norm_index(body, loop.at, self.family.model)
+        norm_at = final_norm_index(body, loop.at, self.family.model)
         (capture_last,) = statements(
             f"if {loop.end} in self.aux_hidden_state_layers:\n    {collected}.append({state})\n", tree
         )
@@ -420,7 +399,7 @@ def _collects_global_ids(model: cst.ClassDef) -> bool:
         return False
     forward = method(model, "forward")
     captures = find(forward, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
-    loops = [loop for loop in find(forward, cst.For) if _enumerates_own_layers(loop.iter)]
+    loops = [loop for loop in find(forward, cst.For) if enumerates_own_layers(loop.iter)]
     if not captures or len(loops) != 1:
         raise Unrecognised(
             f"{model.name.value} inherits {MIXIN}, but its forward does not capture with "
@@ -445,12 +424,6 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
     start = call.args[1].with_changes(value=cst.parse_expression("self.start_layer"))
     new_call = call.with_changes(args=[call.args[0], start, *call.args[2:]])
     return replace_node(forward, line, mark_line(replace_node(line, call, new_call)))
-
-
-def _is_staged(model: cst.ClassDef) -> bool:
-    """Whether the model has pipeline stages: its ``__init__`` assigns ``self.start_layer`` (alone or in a
-    tuple, ``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
-    return assigns_self_attribute(method(model, "__init__"), "start_layer")
 
 
 def _sets_aux_layers(init: cst.FunctionDef) -> bool:
@@ -484,254 +457,6 @@ def _declare(model: cst.ClassDef, code: str, tree: cst.Module) -> cst.ClassDef:
 def _is_docstring(statement: cst.BaseStatement) -> bool:
     small = sole_statement(statement)
     return isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
-
-
-# --------------------------------------------------------------------------- the loop
-
-NO_PIPELINE_LAYERS = ("layers", "h", "blocks")
-"""What a loop over all the layers may iterate (``for layer in self.layers``): only these names,
-since without ``self.start_layer`` nothing else says that the loop is the decoder's."""
-
-
-def _decoder_loop(body: list[cst.BaseStatement], model: str, staged: bool = False) -> Loop:
-    """``staged``: the model has pipeline stages (``self.start_layer``); a loop over all its layers is
-    then the decoder's only where it numbers them itself from 0 (``for i, layer in enumerate(self.layers)``,
-    the hybrid models' form: global ids), not a bare ``for layer in self.layers``."""
-
-    def is_decoder_loop(statement: cst.BaseStatement) -> bool:
-        loop = _loop_shape(statement) if isinstance(statement, cst.For) else None
-        return loop is not None and (loop.pipelined or not staged or loop.global_id is not None)
-
-    loops = [s for s in body if is_decoder_loop(s)]
-    what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {model}.forward"
-    node: cst.For = only(loops, what)  # type: ignore[assignment]
-    return _loop_shape(node, body.index(node))  # type: ignore[return-value]
-
-
-def _loop_shape(loop: cst.For, at: int = 0) -> Optional[Loop]:
-    """The decoder loop ``loop`` is, or None.
-
-    The iterable is the stage's layers (``islice(self.X, self.start_layer, self.end_layer)``,
-    ``self.X[self.start_layer:self.end_layer]``), all of them (``self.layers``, no pipeline
-    parallelism), either of them ``enumerate``-d, or ``range(self.start_layer, self.end_layer)``
-    with ``layer = self.X[i]`` in the body.  The id is the enumerate's index where it counts from
-    the stage's first layer, else the codemod enumerates the loop itself.
-    """
-    target, iterable = loop.target, loop.iter
-    enumerated = isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) in (1, 2)
-    if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
-        layers = _own_layers(iterable.args[0].value)  # type: ignore[attr-defined]
-        index, layer = (e.value for e in target.elements)
-        if layers is None or not is_name(layer):
-            return None
-        name, pipelined = layers
-        counts_globally = _counts_from(iterable.args[1:], "self.start_layer" if pipelined else "0")  # type: ignore[attr-defined]
-        global_id = index.value if counts_globally and is_name(index) else None  # type: ignore[attr-defined]
-        return Loop(at, loop, layer.value, global_id, name, pipelined)  # type: ignore[attr-defined]
-    if not isinstance(target, cst.Name):
-        return None
-    layers = _own_layers(iterable)
-    if layers is not None:
-        return Loop(at, loop, target.value, None, *layers)
-    if _ranges_stage(iterable):
-        index = target.value
-        bindings = [(s, _bound_layers(sole_statement(s), index)) for s in loop.body.body]
-        bound = [(s, name) for s, name in bindings if name is not None]
-        if len(bound) == 1:
-            statement, name = bound[0]
-            return Loop(at, loop, assigned(sole_statement(statement)).value, index, name)  # type: ignore[union-attr]
-    return None
-
-
-def _own_layers(iterable: cst.BaseExpression) -> Optional[tuple[str, bool]]:
-    """``(attribute, pipelined)`` where ``iterable`` is ``islice(self.X, self.start_layer, self.end_layer)``,
-    ``self.X[self.start_layer:self.end_layer]`` (pipelined), or ``self.layers`` itself (not), else None."""
-    if isinstance(iterable, cst.Call) and (is_name(iterable.func, "islice") or is_attribute(iterable.func, "islice")):
-        args = [arg.value for arg in iterable.args]
-        stage = len(args) == 3 and is_self_attribute(args[1], "start_layer") and is_self_attribute(args[2], "end_layer")
-        return (_self_attribute(args[0]), True) if stage and _self_attribute(args[0]) else None
-    if isinstance(iterable, cst.Subscript) and len(iterable.slice) == 1:
-        part = iterable.slice[0].slice
-        if (
-            isinstance(part, cst.Slice)
-            and part.step is None
-            and part.lower is not None
-            and part.upper is not None
-            and is_self_attribute(part.lower, "start_layer")
-            and is_self_attribute(part.upper, "end_layer")
-            and _self_attribute(iterable.value)
-        ):
-            return _self_attribute(iterable.value), True
-        return None
-    if any(is_self_attribute(iterable, name) for name in NO_PIPELINE_LAYERS):
-        return iterable.attr.value, False  # type: ignore[attr-defined]
-    return None
-
-
-def _self_attribute(node: cst.BaseExpression) -> str:
-    """``X`` of ``self.X``, or the empty string."""
-    if isinstance(node, cst.Attribute) and is_name(node.value, "self"):
-        return node.attr.value
-    return ""
-
-
-def _counts_from(start: list[cst.Arg], expected: str) -> bool:
-    """Whether ``enumerate``'s start argument (none, or ``start=...``) is ``expected``."""
-    if not start:
-        return expected == "0"
-    (arg,) = start
-    if arg.keyword is not None and not is_name(arg.keyword, "start"):
-        return False
-    if expected == "0":
-        return isinstance(arg.value, cst.Integer) and arg.value.value == "0"
-    return is_self_attribute(arg.value, "start_layer")
-
-
-def _enumerates_own_layers(iterable: cst.BaseExpression) -> bool:
-    """``enumerate(<the stage's layers>, start=self.start_layer)``: global ids (upstream's loop from 0.18.0)."""
-    if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) == 2):
-        return False
-    layers = _own_layers(iterable.args[0].value)
-    return layers is not None and layers[1] and _counts_from(list(iterable.args[1:]), "self.start_layer")
-
-
-def _ranges_stage(iterable: cst.BaseExpression) -> bool:
-    """``range(self.start_layer, self.end_layer)``"""
-    if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
-        return False
-    args = [arg.value for arg in iterable.args]
-    return len(args) == 2 and is_self_attribute(args[0], "start_layer") and is_self_attribute(args[1], "end_layer")
-
-
-def _bound_layers(statement: Optional[cst.BaseSmallStatement], index: str) -> Optional[str]:
-    """``X`` where the statement is ``<name> = self.X[<index>]``, else None."""
-    if not (is_name(assigned(statement)) and isinstance(statement.value, cst.Subscript)):  # type: ignore[union-attr]
-        return None
-    subscript: cst.Subscript = statement.value  # type: ignore[union-attr,assignment]
-    if (
-        len(subscript.slice) == 1
-        and isinstance(subscript.slice[0].slice, cst.Index)
-        and is_name(subscript.slice[0].slice.value, index)
-    ):
-        return _self_attribute(subscript.value) or None
-    return None
-
-
-def _upstream_capture(loop: Loop) -> Optional[str]:
-    """The list upstream's own loop appends aux states to, or None:
-    ``if <id> in self.aux_hidden_state_layers: <list>.append(...)`` (Qwen3-Next on 0.18-0.19;
-    Step-1 on 0.17.x appends in two branches, with or without a residual)."""
-    for statement in loop.node.body.body:
-        test = statement.test if isinstance(statement, cst.If) else None
-        if not (
-            isinstance(test, cst.Comparison)
-            and len(test.comparisons) == 1
-            and isinstance(test.comparisons[0].operator, cst.In)
-            and is_self_attribute(test.comparisons[0].comparator, "aux_hidden_state_layers")
-        ):
-            continue
-        appends = find(statement.body, cst.Call, lambda call: is_attribute(call.func, "append"))
-        lists = {call.func.value.value for call in appends if is_name(call.func.value)}  # type: ignore[attr-defined]
-        if appends and len(lists) == 1:
-            return lists.pop()
-        raise Unrecognised("expected the aux hidden state capture in the decoder loop to append to one list")
-    return None
-
-
-def _residual_stream(loop: Loop, model: str, layers_add_the_residual: bool = False) -> str:
-    """The expression of the residual stream between two layers: what the next layer is handed.
-
-    ``hidden_states, residual = layer(..., residual)``: the layer hands the residual on beside its output
-    (vLLM's fused add-norm), so the stream is their sum (``hidden_states`` alone before the first layer),
-    unless the layers never read the residual they are given (``layers_add_the_residual``).
-    ``hidden_states = layer(...)``, or a pair whose second part the next layer is not handed (StableLM): the
-    next layer sees ``hidden_states`` alone, so that is the stream.
-    """
-    calls = [s for s in loop.node.body.body if _layer_call_targets(sole_statement(s), loop.layer) is not None]
-    line: cst.SimpleStatementLine = only(
-        calls, f"the decoder layer call `hidden_states[, residual] = {loop.layer}(...)` in {model}.forward"
-    )  # type: ignore[assignment]
-    names = _layer_call_targets(line.body[0], loop.layer)
-    assert names is not None
-    if loop.global_id in names:
-        raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
-    hidden = names[0]
-    if len(names) == 1 or layers_add_the_residual or names[1] not in names_in(line.body[0].value):  # type: ignore[attr-defined]
-        return hidden
-    return f"{hidden} if {names[1]} is None else {hidden} + {names[1]}"
-
-
-def layers_ignoring_the_residual(source: str, model: str) -> bool:
-    """Whether the layer classes ``model``'s ``__init__`` builds (classes of the file) take a ``residual``
-    and never read it: their ``forward`` assigns it before any use (``residual = hidden_states`` first).
-    Read with :mod:`ast` from the whole source, whose layer bodies the codemod's outline sets aside."""
-    tree = python_tree(source)
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    init = _ast_method(classes.get(model), "__init__")
-    built = (
-        {n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        if init
-        else set()
-    )
-    forwards = [_ast_method(classes[name], "forward") for name in built if name in classes and name != model]
-    takers = [f for f in forwards if f is not None and "residual" in {a.arg for a in f.args.args}]
-    return bool(takers) and all(_assigns_before_reading(f, "residual") for f in takers)
-
-
-def _ast_method(cls: Optional[ast.ClassDef], name: str) -> Optional[ast.FunctionDef]:
-    if cls is None:
-        return None
-    return next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == name), None)
-
-
-def _assigns_before_reading(function: ast.FunctionDef, name: str) -> bool:
-    for statement in function.body:
-        loads = [n for n in ast.walk(statement) if isinstance(n, ast.Name) and n.id == name]
-        if not loads:
-            continue
-        stores_only = isinstance(statement, ast.Assign) and all(isinstance(n.ctx, ast.Store) for n in loads)
-        return stores_only
-    return False
-
-
-def _layer_call_targets(statement: Optional[cst.BaseSmallStatement], callee: str) -> Optional[tuple[str, ...]]:
-    """``("a", "b")`` for ``a, b = <callee>(...)``, ``("a",)`` for ``a = <callee>(...)``, else None."""
-    target = assigned(statement)
-    if target is None or not (isinstance(statement.value, cst.Call) and is_name(statement.value.func, callee)):  # type: ignore[union-attr]
-        return None
-    if is_name(target):
-        return (target.value,)  # type: ignore[union-attr]
-    if (
-        isinstance(target, cst.Tuple)
-        and len(target.elements) == 2
-        and all(isinstance(e, cst.Element) and is_name(e.value) for e in target.elements)
-    ):
-        return tuple(e.value.value for e in target.elements)  # type: ignore[attr-defined]
-    return None
-
-
-def _final_norm_index(body: list[cst.BaseStatement], after: int, model: str) -> int:
-    """Where the last layer's output is captured: before the final norm (``self.norm``, ``self.ln_f``,
-    ``self.final_layernorm``...: the first call after the loop of a module named as a norm), else
-    right after the loop, where the stream is the last layer's output by definition."""
-
-    def is_norm(call: cst.Call) -> bool:
-        name = _self_attribute(call.func)
-        return "norm" in name or name.startswith("ln")
-
-    for index in range(after + 1, len(body)):
-        if find(body[index], cst.Call, is_norm):
-            return index
-    return after + 1
-
-
-def _final_return(body: list[cst.BaseStatement], model: str) -> str:
-    """What ``forward`` returns at its end (``hidden_states``, ``self.norm(hidden_states)``): the
-    early return with the aux states returns the same expression beside them."""
-    returned = sole_statement(body[-1])
-    if isinstance(returned, cst.Return) and returned.value is not None and not isinstance(returned.value, cst.Tuple):
-        return cst.Module([]).code_for_node(returned.value)
-    raise Unrecognised(f"expected {model}.forward to end with `return <hidden states>`")
 
 
 def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) -> cst.BaseStatement:

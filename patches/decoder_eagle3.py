@@ -34,7 +34,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     find,
     find_statements,
     has_method,
-    is_attribute,
     is_name,
     is_self_attribute,
     mark,
@@ -68,6 +67,7 @@ from vllm_eagle3_patch.patches.decoder_loop import (
 )
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, RELAYED, OverRanks
+from vllm_eagle3_patch.patches.shared_embedding import share_the_embedding
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
@@ -109,7 +109,7 @@ class DecoderEagle3:
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         # last, so that a loop the codemod cannot follow is named first
-        return _share_the_embedding(tree, self.family)
+        return share_the_embedding(tree, self.family)
 
     def own_loop(self, model: cst.ClassDef) -> Optional[Loop]:
         """The decoder loop of the model's own ``forward``, which this codemod patches; None where the
@@ -271,124 +271,6 @@ class DecoderEagle3:
         layers, pipelined = (loop.layers, loop.pipelined) if loop else ("layers", True)
         methods = eagle3_methods(self.family.decoder, self.aux_layers, self.getter, layers, pipelined, over_ranks)
         return add_methods(causal_lm, methods, tree)
-
-
-SHARED_EMBEDDINGS = ("embed_tokens", "embedding")
-"""Where vLLM's proposers take the target's token embedding to share it with the drafter: they read
-``target.model.embed_tokens`` (or ``.embedding``) on every release (the EAGLE proposer, DFlash's, the new
-model runner's), and a target without one makes the drafter fail to load."""
-
-TOKEN_EMBEDDING = "VocabParallelEmbedding"
-
-
-def _share_the_embedding(tree: cst.Module, family: Family) -> cst.Module:
-    """Show the proposers the embedding where they look for it, without moving it.
-
-    A read-only ``model`` on the causal LM where the decoder sits elsewhere (GPT-2's ``self.transformer``),
-    and a read-only ``embed_tokens`` on that model where its embedding has another name (``wte``,
-    ``word_embeddings``, OPT's ``decoder.embed_tokens``).  Properties register no module, so the
-    weights, their names and their loading stay exactly as vLLM wrote them.
-    """
-    causal_lm = top_level_class(tree, family.causal_lm)
-    held = family.decoder.split(".")[1]
-    outer = _outer_model(tree, family)
-    embedding = _embedding_path(outer, top_level_class(tree, family.model), family)
-    if embedding is not None and not has_method(outer, SHARED_EMBEDDINGS[0]):
-        tree = replace_child(tree, outer, add_methods(outer, _read_only(SHARED_EMBEDDINGS[0], embedding), tree))
-    if held == "model":
-        return tree
-    builds = has_method(causal_lm, "__init__") and find(method(causal_lm, "__init__"), cst.Attribute, _is_self_model)
-    if builds:
-        raise Unrecognised(
-            f"{family.causal_lm} keeps its decoder in self.{held} and something else in self.model, where "
-            "vLLM's EAGLE proposer looks for the target's embedding"
-        )
-    causal_lm = top_level_class(tree, family.causal_lm)
-    return replace_child(tree, causal_lm, add_methods(causal_lm, _read_only("model", held), tree))
-
-
-def _is_self_model(node: cst.Attribute) -> bool:
-    return is_self_attribute(node, "model")
-
-
-def _read_only(name: str, attribute: str) -> str:
-    return (
-        "@property\n"
-        f"def {name}(self):\n"
-        '    """Where vLLM\'s EAGLE proposer looks for the embedding it shares with the drafter."""\n'
-        f"    return self.{attribute}\n"
-    )
-
-
-def _embedding_path(outer: cst.ClassDef, decoder: cst.ClassDef, family: Family) -> Optional[str]:
-    """The token embedding's attribute path from ``outer`` where the proposers would not find it (``wte``),
-    or None where they do: ``embed_tokens``/``embedding`` built there, or inherited from a model base."""
-    built = _built_embeddings(outer)
-    if any(name in SHARED_EMBEDDINGS for name in built):
-        return None
-    inside = family.decoder.split(".")[2:]
-    if not built and inside:  # the decoder's own (OPT: self.model.decoder.embed_tokens)
-        built = [".".join([*inside, name]) for name in _built_embeddings(decoder)]
-    if len(built) == 1:
-        return built[0]
-    if built:
-        raise Unrecognised(
-            f"{outer.name.value} builds several token embeddings ({', '.join(built)}): which one "
-            "vLLM's EAGLE proposer should share with the drafter is not clear"
-        )
-    if any(not _is_interface(base.value) for base in outer.bases):
-        return None  # a model base builds it (Glm4Model(LlamaModel))
-    raise Unrecognised(
-        f"{outer.name.value} builds no token embedding (self.embed_tokens, or a {TOKEN_EMBEDDING}), which vLLM's "
-        "EAGLE proposer shares with the drafter"
-    )
-
-
-def _built_embeddings(model: cst.ClassDef) -> list[str]:
-    """The attributes ``__init__`` builds a token embedding in: ``self.embed_tokens``/``self.embedding``
-    (whatever builds them) and every ``self.<x> = VocabParallelEmbedding(...)``, in order, once each."""
-    if not has_method(model, "__init__"):
-        return []
-    names: list[str] = []
-    for line in find_statements(method(model, "__init__"), cst.SimpleStatementLine):
-        statement = sole_statement(line)
-        target = assigned(statement)
-        if not (isinstance(target, cst.Attribute) and is_name(target.value, "self")):
-            continue
-        name, value = target.attr.value, statement.value  # type: ignore[union-attr]
-        callee = value.func if isinstance(value, cst.Call) else None
-        embedding = is_name(callee, TOKEN_EMBEDDING) or is_attribute(callee, TOKEN_EMBEDDING)
-        if (name in SHARED_EMBEDDINGS or embedding) and name not in names:
-            names.append(name)
-    return names
-
-
-def _outer_model(tree: cst.Module, family: Family) -> cst.ClassDef:
-    """The model the causal LM holds, where the proposer looks for the embedding: the decoder itself, or where
-    the decoder sits inside it (``self.model.decoder``: OPT's; ``self.transformer.encoder``: ChatGLM's) the
-    class the causal LM builds in that first attribute."""
-    if family.decoder.count(".") < 2:
-        return top_level_class(tree, family.model)
-    held = family.decoder.split(".")[1]
-    init = method(top_level_class(tree, family.causal_lm), "__init__")
-    params = (*init.params.params, *init.params.kwonly_params)
-    defaults = {param.name.value: param.default for param in params if param.default is not None}
-    classes = {node.name.value: node for node in tree.body if isinstance(node, cst.ClassDef)}
-    for line in find_statements(init, cst.SimpleStatementLine, lambda line: True):
-        statement = sole_statement(line)
-        target = assigned(statement)
-        if target is not None and is_self_attribute(target, held) and isinstance(statement.value, cst.Call):  # type: ignore[union-attr]
-            callee = statement.value.func  # type: ignore[union-attr]
-            callee = defaults.get(callee.value, callee) if is_name(callee) else callee  # type: ignore[attr-defined]
-            if is_name(callee) and callee.value in classes:  # type: ignore[attr-defined]
-                return classes[callee.value]  # type: ignore[attr-defined]
-    raise Unrecognised(f"expected {family.causal_lm}.__init__ to build self.{held} from a class of its file")
-
-
-def _is_interface(base: cst.BaseExpression) -> bool:
-    """``nn.Module`` and the interfaces and mixins beside it: bases that build no layers."""
-    name = base.attr.value if isinstance(base, cst.Attribute) else base.value if isinstance(base, cst.Name) else ""
-    return name == "Module" or name.startswith("Supports") or name.endswith(("Mixin", "Protocol"))
 
 
 def _collects_global_ids(model: cst.ClassDef) -> bool:

@@ -131,7 +131,7 @@ class DecoderEagle3:
         if self.family.forward_from:
             inherited = f"{name} runs {self.family.forward_from.model}'s forward, which does not carry them"
             return RELAYED if self.inherits_relay else OverRanks.refused(inherited)
-        if loop is None:
+        if loop is None:  # upstream's collecting decoder, kept as it is (own_loop)
             return OverRanks.refused(f"{name} keeps upstream's capture, which does not carry them")
         body = list(method(model, "forward").body.body)
         lacking = pipeline_relay.why_not_relayed(model, body, loop.at, final_norm_index(body, loop.at, name))

@@ -22,7 +22,7 @@ only id ``end_layer`` is added.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
@@ -58,12 +58,15 @@ from vllm_eagle3_patch.patches.decoder_loop import (
     Loop,
     decoder_loop,
     enumerates_own_layers,
-    final_norm_index,
     final_return,
+    fresh,
+    hands_on,
     is_staged,
+    last_layer_index,
     layers_ignoring_the_residual,
     residual_stream,
     upstream_capture,
+    upstream_capture_statement,
 )
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, RELAYED, OverRanks
@@ -73,6 +76,18 @@ AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
 WANTED = "aux_layer_ids"
 """A local copy of ``self.aux_hidden_state_layers``: the loop then pays ~30 ns a layer, not ~75."""
+
+
+FRESH_MIXIN_CAPTURE = f"""\
+def _maybe_add_hidden_state(self, aux_hidden_states, layer_idx, hidden_states, residual):
+    \"\"\"{MIXIN}'s capture, but a copy where it would append the bare tensor the next layer writes into.\"\"\"
+    if layer_idx in self.aux_hidden_state_layers:
+        aux_hidden_states.append({fresh("hidden_states")} if residual is None else hidden_states + residual)
+    return aux_hidden_states
+"""
+"""Upstream's collecting decoders append ``hidden_states`` itself where there is no residual (before the
+first layer, and after every layer of a decoder whose layers take the stream alone); an in-place kernel of
+the next layer then changes what the drafter gets.  The decoders this tool exposes override it."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +149,7 @@ class DecoderEagle3:
         if loop is None:  # upstream's collecting decoder, kept as it is (own_loop)
             return OverRanks.refused(f"{name} keeps upstream's capture, which does not carry them")
         body = list(method(model, "forward").body.body)
-        lacking = pipeline_relay.why_not_relayed(model, body, loop.at, final_norm_index(body, loop.at, name))
+        lacking = pipeline_relay.why_not_relayed(model, body, loop.at, last_layer_index(body, loop.at))
         return RELAYED if lacking is None else OverRanks.refused(lacking)
 
     def patch_model(
@@ -149,7 +164,7 @@ class DecoderEagle3:
         if self.family.runs_upstream_capture:
             if has_method(model, "forward"):
                 raise Unrecognised(f"expected {model.name.value} to run its base's forward, not its own")
-            return model
+            return add_methods(model, FRESH_MIXIN_CAPTURE, tree)
         init = method(model, "__init__")
         new_model = model
         if not _sets_aux_layers(init):
@@ -175,7 +190,8 @@ class DecoderEagle3:
         init = method(model, "__init__")
         new_model = model if _sets_aux_layers(init) else replace_child(model, init, self.patch_init(init, tree))
         forward = method(new_model, "forward")
-        return replace_child(new_model, forward, _start_at_the_stage(forward, model.name.value))
+        new_model = replace_child(new_model, forward, _start_at_the_stage(forward, model.name.value))
+        return add_methods(new_model, FRESH_MIXIN_CAPTURE, tree)
 
     def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
@@ -187,14 +203,14 @@ class DecoderEagle3:
         """``loop``: the decoder loop of ``forward`` (``own_loop``)."""
         model = self.family.model
         body = list(forward.body.body)
-        state = residual_stream(loop, model, self.layers_add_the_residual)
         collected = upstream_capture(loop)
-        if collected is not None:
-            return self.capture_last_too(forward, loop, collected, state, tree)
         taken = names_in(forward) & {AUX, INDEX, WANTED}
-        if taken:
+        if taken and collected is None:
             raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
-        norm_at = final_norm_index(body, loop.at, model)
+        state = residual_stream(loop, model, self.layers_add_the_residual)
+        if collected is not None:
+            return self.take_over_capture(forward, loop, collected, state, tree)
+        last_at = last_layer_index(body, loop.at)
         last = len(body) - 1  # the final return, which may itself call the norm
         returned = final_return(body, model)
         index = loop.global_id or INDEX
@@ -204,9 +220,9 @@ class DecoderEagle3:
         (capture_last,) = statements(f"if {loop.end} in {WANTED}:\n    {AUX}.append({state})\n", tree)
         (early_return,) = statements(f"if {AUX}:\n    return {returned}, {AUX}\n", tree)
         received = [mark(s) for s in statements(pipeline_relay.receive(AUX), tree)] if relays else []
-        between = body[loop.at + 1 : norm_at]
+        between = body[loop.at + 1 : last_at]
         if relays:
-            between = [pipeline_relay.send_on(s, AUX) if pipeline_relay.sends(s) else s for s in between]
+            between = [pipeline_relay.send_on(s, AUX) if hands_on(s) else s for s in between]
 
         new_body = [
             *body[: loop.at],
@@ -214,30 +230,39 @@ class DecoderEagle3:
             mark_line(wanted),
             self.capture_in_loop(loop, capture),
             *between,
-            _move_leading_lines(body[norm_at], mark(capture_last)),
-            *([body[norm_at].with_changes(leading_lines=()), *body[norm_at + 1 : -1]] if norm_at < last else []),
+            _move_leading_lines(body[last_at], mark(capture_last)),
+            *([body[last_at].with_changes(leading_lines=()), *body[last_at + 1 : -1]] if last_at < last else []),
             *received,
-            _move_leading_lines(body[-1], mark(early_return)) if norm_at < last else mark(early_return),
+            _move_leading_lines(body[-1], mark(early_return)) if last_at < last else mark(early_return),
             body[-1].with_changes(leading_lines=()),
         ]
         return forward.with_changes(body=forward.body.with_changes(body=new_body))
 
-    def capture_last_too(
+    def take_over_capture(
         self, forward: cst.FunctionDef, loop: Loop, collected: str, state: str, tree: cst.Module
     ) -> cst.FunctionDef:
-        """Upstream's own loop already captures the input of each requested global id into
-        ``collected`` (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods): add id
-        ``end_layer``, the last layer's pre-norm output, so every family takes the same ids."""
+        """Upstream's own loop already captures requested ids into ``collected`` (Arcee and Step-1 on
+        0.17.x, Qwen3-Next on 0.18-0.19, whose causal LMs lack the methods): its capture gives way to this
+        tool's, so that the ids mean the same as everywhere (global, and ``end_layer`` the last layer's
+        pre-norm output) and every state is one nothing writes into later (upstream's appends the bare
+        ``hidden_states`` before the first layer, or adds a ``None`` residual to it)."""
         body = list(forward.body.body)
-        norm_at = final_norm_index(body, loop.at, self.family.model)
-        (capture_last,) = statements(
-            f"if {loop.end} in self.aux_hidden_state_layers:\n    {collected}.append({state})\n", tree
-        )
+        last_at = last_layer_index(body, loop.at)
+        wanted = "self.aux_hidden_state_layers"
+        (capture,) = statements(f"if {loop.global_id or INDEX} in {wanted}:\n    {collected}.append({state})\n", tree)
+        (capture_last,) = statements(f"if {loop.end} in {wanted}:\n    {collected}.append({state})\n", tree)
+        if loop.global_id is None and INDEX in names_in(forward):
+            raise Unrecognised(f"{self.family.model}.forward already uses the name {INDEX!r}")
+        upstream = upstream_capture_statement(loop)
+        without = loop.node.body.with_changes(body=[s for s in loop.node.body.body if s is not upstream])
+        loop_node = self.capture_in_loop(replace(loop, node=loop.node.with_changes(body=without)), capture)
         new_body = [
-            *body[:norm_at],
-            _move_leading_lines(body[norm_at], mark(capture_last)),
-            body[norm_at].with_changes(leading_lines=()),
-            *body[norm_at + 1 :],
+            *body[: loop.at],
+            _move_leading_lines(body[loop.at], loop_node),
+            *body[loop.at + 1 : last_at],
+            _move_leading_lines(body[last_at], mark(capture_last)),
+            body[last_at].with_changes(leading_lines=()),
+            *body[last_at + 1 :],
         ]
         return forward.with_changes(body=forward.body.with_changes(body=new_body))
 

@@ -198,46 +198,86 @@ def _bound_layers(statement: Optional[cst.BaseSmallStatement], index: str) -> Op
 
 def upstream_capture(loop: Loop) -> Optional[str]:
     """The list upstream's own loop appends aux states to, or None:
-    ``if <id> in self.aux_hidden_state_layers: <list>.append(...)`` (Qwen3-Next on 0.18-0.19;
-    Step-1 on 0.17.x appends in two branches, with or without a residual)."""
+    ``if <id> in self.aux_hidden_state_layers: <list>.append(...)`` (Step-1 appends in two branches, with
+    or without a residual)."""
+    statement = upstream_capture_statement(loop)
+    if statement is None:
+        return None
+    appends = find(statement.body, cst.Call, lambda call: is_attribute(call.func, "append"))
+    lists = {call.func.value.value for call in appends if is_name(call.func.value)}  # type: ignore[attr-defined]
+    if appends and len(lists) == 1:
+        return lists.pop()
+    raise Unrecognised("expected the aux hidden state capture in the decoder loop to append to one list")
+
+
+def upstream_capture_statement(loop: Loop) -> Optional[cst.If]:
+    """Upstream's ``if <id> in self.aux_hidden_state_layers: ...`` in the loop body, or None."""
     for statement in loop.node.body.body:
         test = statement.test if isinstance(statement, cst.If) else None
-        if not (
+        if (
             isinstance(test, cst.Comparison)
             and len(test.comparisons) == 1
             and isinstance(test.comparisons[0].operator, cst.In)
             and is_self_attribute(test.comparisons[0].comparator, "aux_hidden_state_layers")
         ):
-            continue
-        appends = find(statement.body, cst.Call, lambda call: is_attribute(call.func, "append"))
-        lists = {call.func.value.value for call in appends if is_name(call.func.value)}  # type: ignore[attr-defined]
-        if appends and len(lists) == 1:
-            return lists.pop()
-        raise Unrecognised("expected the aux hidden state capture in the decoder loop to append to one list")
+            return statement  # type: ignore[return-value]
     return None
 
 
 def residual_stream(loop: Loop, model: str, layers_add_the_residual: bool = False) -> str:
-    """The expression of the residual stream between two layers: what the next layer is handed.
+    """The expression of the residual stream between two layers, as a tensor nothing later writes into.
 
     ``hidden_states, residual = layer(..., residual)``: the layer hands the residual on beside its output
-    (vLLM's fused add-norm), so the stream is their sum (``hidden_states`` alone before the first layer),
-    unless the layers never read the residual they are given (``layers_add_the_residual``).
+    (vLLM's fused add-norm), so the stream is their sum, a fresh tensor (``hidden_states`` alone before the
+    first layer), unless the layers never read the residual they are given (``layers_add_the_residual``).
     ``hidden_states = layer(...)``, or a pair whose second part the next layer is not handed (StableLM): the
     next layer sees ``hidden_states`` alone, so that is the stream.
+
+    A bare tensor is captured as a copy (:func:`fresh`): the next layer may write into its input in place
+    (Falcon's ``residual += attention_output``, the fused ``fused_add_rms_norm`` into its residual argument),
+    and the drafter must get the stream as it was, not as the layers left it.
     """
+    line, names = _layer_call(loop, model)
+    if loop.global_id in names:
+        raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
+    hidden = _handed_on(loop, line, names[0], model)
+    if len(names) == 1 or layers_add_the_residual or names[1] not in names_in(line.body[0].value):  # type: ignore[attr-defined]
+        return fresh(hidden)
+    return f"{fresh(hidden)} if {names[1]} is None else {hidden} + {names[1]}"
+
+
+def fresh(name: str) -> str:
+    """A copy of the tensor ``name``: what a capture of a bare tensor appends."""
+    return f"{name}.clone()"
+
+
+def _layer_call(loop: Loop, model: str) -> tuple[cst.SimpleStatementLine, tuple[str, ...]]:
+    """The loop's one statement calling the layer, and the names it assigns."""
     calls = [s for s in loop.node.body.body if _layer_call_targets(sole_statement(s), loop.layer) is not None]
     line: cst.SimpleStatementLine = only(
         calls, f"the decoder layer call `hidden_states[, residual] = {loop.layer}(...)` in {model}.forward"
     )  # type: ignore[assignment]
     names = _layer_call_targets(line.body[0], loop.layer)
     assert names is not None
-    if loop.global_id in names:
-        raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
-    hidden = names[0]
-    if len(names) == 1 or layers_add_the_residual or names[1] not in names_in(line.body[0].value):  # type: ignore[attr-defined]
-        return hidden
-    return f"{hidden} if {names[1]} is None else {hidden} + {names[1]}"
+    return line, names
+
+
+def _handed_on(loop: Loop, line: cst.SimpleStatementLine, output: str, model: str) -> str:
+    """The name the next layer is handed: the layer's ``output`` where the call passes it on, else the
+    argument that a later statement of the loop sets from it (Zamba2's ``layer_outputs = layer(hidden_states,
+    ...)`` then ``hidden_states = layer_outputs``): captured before the call, ``output`` is not bound yet."""
+    arguments = names_in(line.body[0].value)  # type: ignore[attr-defined]
+    if output in arguments:
+        return output
+    body = list(loop.node.body.body)
+    for statement in body[body.index(line) + 1 :]:
+        small = sole_statement(statement)
+        target = assigned(small)
+        if is_name(target) and target.value in arguments and output in names_in(small.value):  # type: ignore[union-attr]
+            return target.value  # type: ignore[union-attr]
+    raise Unrecognised(
+        f"expected {model}.forward to hand {output!r}, the output of its decoder layer call, to the next layer"
+    )
 
 
 def layers_ignoring_the_residual(source: str, model: str) -> bool:
@@ -289,19 +329,26 @@ def _layer_call_targets(statement: Optional[cst.BaseSmallStatement], callee: str
     return None
 
 
-def final_norm_index(body: list[cst.BaseStatement], after: int, model: str) -> int:
-    """Where the last layer's output is captured: before the final norm (``self.norm``, ``self.ln_f``,
-    ``self.final_layernorm``...: the first call after the loop of a module named as a norm), else
-    right after the loop, where the stream is the last layer's output by definition."""
-
-    def is_norm(call: cst.Call) -> bool:
-        name = _self_attribute(call.func)
-        return "norm" in name or name.startswith("ln")
-
+def last_layer_index(body: list[cst.BaseStatement], after: int) -> int:
+    """Where the stream leaving the last layer is captured (id ``end_layer``): right after the loop, past
+    the return that hands a non-last rank's stream on (``return IntermediateTensors(...)``) where there is
+    one, so that only the last rank captures it.  Not before the final norm: what comes between may change
+    what ``hidden_states`` and ``residual`` hold (HYV3 folds the residual into ``hidden_states`` there)."""
     for index in range(after + 1, len(body)):
-        if find(body[index], cst.Call, is_norm):
-            return index
+        if hands_on(body[index]):
+            goes_on = isinstance(body[index], cst.If) and body[index].orelse is not None  # type: ignore[attr-defined]
+            return index if goes_on else index + 1  # `else:` the last rank's part (Bailing MoE): before it all
     return after + 1
+
+
+def hands_on(statement: cst.BaseStatement) -> bool:
+    """Whether ``statement`` holds ``return IntermediateTensors(...)``: what a non-last rank hands the next."""
+    return bool(find(statement, cst.Return, is_handing_on))
+
+
+def is_handing_on(node: cst.CSTNode) -> bool:
+    returned = node.value if isinstance(node, cst.Return) else None
+    return isinstance(returned, cst.Call) and is_name(returned.func, "IntermediateTensors")
 
 
 def final_return(body: list[cst.BaseStatement], model: str) -> str:

@@ -32,6 +32,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     method,
     replace_node,
 )
+from vllm_eagle3_patch.patches.decoder_loop import is_handing_on
 
 OVER_PP = "supports_aux_hidden_states_over_pp"
 SENT_ON = "aux_hidden_states_sent_on"
@@ -68,8 +69,8 @@ RELAYED = OverRanks(Carrier.THIS_TOOL)
 MIXIN_RELAYS = OverRanks(Carrier.UPSTREAMS_MIXIN)
 
 
-def why_not_relayed(model: cst.ClassDef, body: list[cst.BaseStatement], loop_at: int, norm_at: int) -> Optional[str]:
-    """None where ``model``'s forward (``body``, its loop at ``loop_at``, the final norm at ``norm_at``)
+def why_not_relayed(model: cst.ClassDef, body: list[cst.BaseStatement], loop_at: int, last_at: int) -> Optional[str]:
+    """None where ``model``'s forward (``body``, its loop at ``loop_at``, the last layer's capture at ``last_at``)
     can carry aux states across ranks, else what it lacks (the setter's refusal says it)."""
     forward = method(model, "forward")
     parameters = [p.name.value for p in (*forward.params.params, *forward.params.kwonly_params)]
@@ -77,30 +78,20 @@ def why_not_relayed(model: cst.ClassDef, body: list[cst.BaseStatement], loop_at:
         return f"{model.name.value}.forward takes no {PARAMETER}"
     if not assigns_self_attribute(method(model, "__init__"), "config"):
         return f"{model.name.value} keeps no self.config, by whose hidden_size the runner reserves their slots"
-    sending = _sending_returns(body[loop_at + 1 : norm_at])
-    if len(sending) != 1 or _sending_returns([*body[:loop_at], *body[norm_at:]]):
+    sending = _sending_returns(body[loop_at + 1 : last_at])
+    if len(sending) != 1 or _sending_returns([*body[:loop_at], *body[last_at:]]):
         return f"{model.name.value}.forward has not one return IntermediateTensors(...) between its loop and its norm"
     return None
 
 
 def _sending_returns(statements: list[cst.BaseStatement]) -> list[cst.Return]:
-    return [r for statement in statements for r in find(statement, cst.Return, _is_sending)]
-
-
-def sends(statement: cst.BaseStatement) -> bool:
-    return bool(find(statement, cst.Return, _is_sending))
-
-
-def _is_sending(node: cst.CSTNode) -> bool:
-    """``return IntermediateTensors(...)``: what a non-last rank hands the next."""
-    returned = node.value if isinstance(node, cst.Return) else None
-    return isinstance(returned, cst.Call) and is_name(returned.func, "IntermediateTensors")
+    return [r for statement in statements for r in find(statement, cst.Return, is_handing_on)]
 
 
 def send_on(statement: cst.BaseStatement, aux: str) -> cst.BaseStatement:
     """``return IntermediateTensors(x)`` -> ``return self.aux_hidden_states_sent_on(IntermediateTensors(x), <aux>)``."""
-    (line,) = find(statement, cst.SimpleStatementLine, lambda line: any(_is_sending(s) for s in line.body))
-    (returned,) = [s for s in line.body if _is_sending(s)]
+    (line,) = find(statement, cst.SimpleStatementLine, lambda line: any(is_handing_on(s) for s in line.body))
+    (returned,) = [s for s in line.body if is_handing_on(s)]
     call = cst.Call(cst.parse_expression(f"self.{SENT_ON}"), args=[cst.Arg(returned.value), cst.Arg(cst.Name(aux))])
     return replace_node(statement, line, mark_line(replace_node(line, returned, returned.with_changes(value=call))))
 

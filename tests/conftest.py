@@ -147,10 +147,13 @@ def modern_python() -> Path:
     return environments.modern_python()
 
 
-def run_inside(python: Path, package_dir: Path, *pytest_args: str, suite: str = "") -> subprocess.CompletedProcess:
+def run_inside(
+    python: Path, package_dir: Path, *pytest_args: str, suite: str = "", env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the inner suite (tests/inside_vllm, or its file ``suite``) against the vLLM tree holding ``package_dir``."""
     env = {
         **os.environ,
+        **(env or {}),
         "PYTHONPATH": str(package_dir.parent),
         "PYTHONDONTWRITEBYTECODE": "1",
         "VLLM_TARGET_DEVICE": "cpu",

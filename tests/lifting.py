@@ -33,3 +33,10 @@ def lift_method(source: str, class_name: str, method_name: str, namespace: dict[
     module = ast.fix_missing_locations(ast.Module(body=[_StripAnnotations().visit(function)], type_ignores=[]))
     exec(compile(module, f"<{class_name}.{method_name}>", "exec"), namespace)  # noqa: S102 - the code under test
     return namespace[method_name]
+
+
+class Number(float):
+    """A plain number with ``clone()``: the patched captures copy a bare tensor (``hidden_states.clone()``)."""
+
+    def clone(self) -> Number:
+        return Number(self)

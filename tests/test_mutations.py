@@ -16,7 +16,7 @@ from itertools import islice
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from lifting import lift_method
+from lifting import Number, lift_method
 from wheel_corpus import release_tree
 
 from vllm_eagle3_patch.codemod.target import Options, State
@@ -169,10 +169,10 @@ def run(namespace, ids, start, end, first, last, n_layers=8):
         norm=lambda h, r: (h + r, None),
         config=types.SimpleNamespace(),
         aux_hidden_state_layers=ids,
-        embed_input_ids=lambda input_ids: 1.0,
+        embed_input_ids=lambda input_ids: Number(1.0),
     )
     state = None if first else {"hidden_states": 3.0, "residual": 5.0}
-    return namespace["forward"](model, None, None, state, 1.0 if first else None)
+    return namespace["forward"](model, None, None, state, Number(1.0) if first else None)
 
 
 def reference(ids, start, end, first, last):

@@ -134,14 +134,14 @@ class ToyModel(nn.Module):
         aux_layer_ids = self.aux_hidden_state_layers  # vllm-eagle3-patch
         for aux_layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):  # vllm-eagle3-patch
             if aux_layer_idx in aux_layer_ids:  # vllm-eagle3-patch
-                aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+                aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)
             hidden_states, residual = layer(positions, hidden_states, residual)
 
         if not get_pp_group().is_last_rank:
             return IntermediateTensors(hidden_states, residual)
 
         if self.end_layer in aux_layer_ids:  # vllm-eagle3-patch
-            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+            aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)
         hidden_states, _ = self.norm(hidden_states, residual)
         if aux_hidden_states:  # vllm-eagle3-patch
             return hidden_states, aux_hidden_states
@@ -162,7 +162,7 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
         assert (
             "        for i in range(self.start_layer, self.end_layer):\n"
             "            if i in aux_layer_ids:  # vllm-eagle3-patch\n"
-            "                aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n"
+            "                aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)\n"
             "            layer = self.layers[i]\n"
         ) in after
         assert "enumerate" not in after and "aux_layer_idx" not in after
@@ -220,7 +220,7 @@ def test_slice_loop_and_four_argument_call_keep_their_names():
         "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):"
         in out
     )
-    assert "aux_hidden_states.append(h if r is None else h + r)" in out
+    assert "aux_hidden_states.append(h.clone() if r is None else h + r)" in out
     assert "return h, aux_hidden_states" in out
     compile(out, "patched", "exec")
 
@@ -326,10 +326,21 @@ MIXIN_SOURCE = source(loop=MIXIN_LOOP).replace(
 """Upstream's collecting decoder (Qwen3-Next on 0.20-0.23) under a causal LM without the protocol."""
 
 
+FRESH_MIXIN_OVERRIDE = '''
+    def _maybe_add_hidden_state(self, aux_hidden_states, layer_idx, hidden_states, residual):  # vllm-eagle3-patch
+        """EagleModelMixin's capture, but a copy where it would append the bare tensor the next layer writes into."""
+        if layer_idx in self.aux_hidden_state_layers:
+            aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)
+        return aux_hidden_states
+'''
+"""The mixin's capture as the decoders this tool exposes run it: a copy where upstream appends the bare tensor."""
+
+
 def test_a_collecting_mixin_decoder_keeps_its_forward_and_the_causal_lm_gets_the_rest():
     """Half native: the runner refuses the causal LM, so it gains the protocol and both methods; the
     decoder keeps upstream's capture, its ids made global on every stage (the capture before the loop
-    names the stage's first layer, ``self.start_layer``, not 0) and set by ``__init__`` as everywhere."""
+    names the stage's first layer, ``self.start_layer``, not 0) and set by ``__init__`` as everywhere,
+    and the mixin's capture appends a copy where it would append the bare tensor."""
     patched = DecoderTarget(TOY).examine(MIXIN_SOURCE, reader(runner=MIXIN_RUNNER), Options()).patched
     model_part, causal_lm_part = patched.split("class ToyForCausalLM")
     expected = (
@@ -348,7 +359,7 @@ def test_a_collecting_mixin_decoder_keeps_its_forward_and_the_causal_lm_gets_the
             "self._maybe_add_hidden_state([], self.start_layer, hidden_states, residual)  # vllm-eagle3-patch\n",
         )
     )
-    assert model_part == expected
+    assert model_part.rstrip() == expected.rstrip() + "\n" + FRESH_MIXIN_OVERRIDE.rstrip()
     assert "SupportsEagle3):  # vllm-eagle3-patch" in causal_lm_part
     assert f"def {DEFAULT_GETTER}(self) -> tuple[int, ...]:  # vllm-eagle3-patch" in causal_lm_part
     assert "self.model.aux_hidden_state_layers = layers" not in causal_lm_part  # through the decoder variable:
@@ -508,14 +519,28 @@ def upstream_collecting_source() -> str:
 class TestUpstreamCollectingForward(CodemodTest):
     TRANSFORM = as_codemod(DecoderEagle3)
 
-    def test_only_the_last_id_and_the_methods_are_added(self) -> None:
+    def test_upstream_capture_gives_way_and_the_last_id_and_the_methods_are_added(self) -> None:
+        """Upstream's capture appends the bare ``hidden_states`` before the first layer: this tool's, a copy
+        there, takes its place; id ``end_layer`` and the methods are added."""
         before = upstream_collecting_source()
+        upstream = (
+            "            if layer_idx in self.aux_hidden_state_layers:\n"
+            "                aux_hidden_states.append(\n"
+            "                    hidden_states + residual if residual is not None else hidden_states\n"
+            "                )\n"
+        )
+        capture = (
+            "            if layer_idx in self.aux_hidden_state_layers:  # vllm-eagle3-patch\n"
+            "                aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)\n"
+        )
         capture_last = (
             "        if self.end_layer in self.aux_hidden_state_layers:  # vllm-eagle3-patch\n"
-            "            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)\n"
+            "            aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)\n"
         )
+        assert upstream in before
         after = (
-            before.replace("import SupportsPP\n", "import SupportsPP, SupportsEagle3  # vllm-eagle3-patch\n")
+            before.replace(upstream, capture)
+            .replace("import SupportsPP\n", "import SupportsPP, SupportsEagle3  # vllm-eagle3-patch\n")
             .replace("        hidden_states, _ = self.norm(", capture_last + "        hidden_states, _ = self.norm(")
             .replace(
                 "class ToyForCausalLM(nn.Module, SupportsPP):",

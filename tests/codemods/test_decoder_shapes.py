@@ -4,6 +4,9 @@
 Each case checks this tool's semantics: id ``k`` is the residual stream entering layer ``k``
 (``hidden_states + residual`` for layers that hand the residual on, ``hidden_states`` for layers
 that add it themselves), id ``n`` the last layer's output, and no ids means the unpatched result.
+The stand-in layers write into their inputs once they have read them, as vLLM's fused kernels do
+(``fused_add_rms_norm`` into its residual, Falcon's ``residual += attention_output``): a capture
+that keeps the bare tensor instead of a copy hands the drafter what the layer left there.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ SINGLE_PP_TAIL = """\
 RETURN_NORM_TAIL = "        return self.norm(hidden_states, residual)[0]"
 SINGLE_RETURN_NORM_TAIL = "        return self.ln_f(hidden_states)"
 
+UPSTREAM_RETURN = (
+    "        if aux_hidden_states:\n            return hidden_states, aux_hidden_states\n        return hidden_states"
+)
+
 SHAPES = {
     # name: (loop target, iterable, loop body, tail, the layers' attribute)
     "pair-islice": ("layer", "islice(self.layers, self.start_layer, self.end_layer)", [PAIR_CALL], PP_TAIL, "layers"),
@@ -95,39 +102,105 @@ SHAPES = {
     ),
     "no-pipeline-enumerate": ("i, layer", "enumerate(self.layers)", [PAIR_CALL], RETURN_NORM_TAIL, "layers"),
     "no-pipeline-single": ("layer", "self.layers", [SINGLE_CALL], SINGLE_RETURN_NORM_TAIL, "layers"),
+    "output-handed-on": (  # Zamba2: the layer's output is handed to the next layer under another name
+        "i, layer",
+        "enumerate(self.layers)",
+        ["layer_outputs = layer(positions, hidden_states)", "hidden_states = layer_outputs"],
+        SINGLE_RETURN_NORM_TAIL,
+        "layers",
+    ),
+    "upstream-capture-local-ids": (  # Arcee, Step-1: upstream's capture adds a None residual at layer 0
+        "idx, layer",
+        "enumerate(islice(self.layers, self.start_layer, self.end_layer))",
+        [
+            "if idx in self.aux_hidden_state_layers:",
+            "    aux_hidden_states.append(hidden_states + residual)",
+            PAIR_CALL,
+        ],
+        PP_TAIL.replace("        return hidden_states", UPSTREAM_RETURN),
+        "layers",
+    ),
 }
 
 
 def source(shape: str, decoder: str = "model") -> str:
     target, iterable, body, tail, _ = SHAPES[shape]
     lines = "\n".join(f"            {line}" for line in body)
-    return TEMPLATE.format(target=target, iterable=iterable, body=lines, tail=tail, decoder=decoder)
+    code = TEMPLATE.format(target=target, iterable=iterable, body=lines, tail=tail, decoder=decoder)
+    if "aux_hidden_states" in lines:  # upstream's own capture collects into its own list
+        code = code.replace("        residual = None\n", "        residual = None\n        aux_hidden_states = []\n")
+    return code
 
 
 def family(decoder: str = "self.model", causal_lm: str = "ToyForCausalLM") -> Family:
     return Family("Toy", "model_executor/models/toy.py", "ToyModel", causal_lm, ("toy",), decoder=decoder)
 
 
-class PairLayer:
-    """Hands the residual on: returns ``(h * (i + 2), residual + h)``; records the stream it was given."""
+class Stream:
+    """A number that a layer can write into in place, as vLLM's fused kernels write into their inputs."""
 
-    def __init__(self, index: int, received: list[float]) -> None:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def clone(self) -> Stream:
+        return Stream(self.value)
+
+    def scribble(self) -> None:
+        """What a layer leaves in an input it has read: anything but the stream it was."""
+        self.value = -1000.0 - self.value
+
+    def __add__(self, other: Any) -> Stream:
+        return Stream(self.value + _value(other))
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Any) -> Stream:
+        return Stream(self.value * _value(other))
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (Stream, int, float)) and self.value == _value(other)
+
+    def __repr__(self) -> str:
+        return f"Stream({self.value})"
+
+
+def _value(number: Any) -> float:
+    return number.value if isinstance(number, Stream) else number
+
+
+def scribble(*inputs: Any) -> None:
+    for tensor in inputs:
+        if isinstance(tensor, Stream):
+            tensor.scribble()
+
+
+class PairLayer:
+    """Hands the residual on: returns ``(h * (i + 2), residual + h)``; records the stream it was given,
+    then writes into its inputs."""
+
+    def __init__(self, index: int, received: list[Stream]) -> None:
         self.index, self.received = index, received
 
-    def __call__(self, positions: Any, hidden_states: float, residual: Any = None) -> tuple[float, float]:
-        self.received.append(hidden_states if residual is None else hidden_states + residual)
-        return hidden_states * (self.index + 2), (residual or 0.0) + hidden_states
+    def __call__(self, positions: Any, hidden_states: Stream, residual: Any = None) -> tuple[Stream, Stream]:
+        self.received.append(hidden_states.clone() if residual is None else hidden_states + residual)
+        output = hidden_states * (self.index + 2), (residual or 0.0) + hidden_states
+        scribble(hidden_states, residual)
+        return output
 
 
 class SingleLayer:
-    """Adds its residual itself: returns the new stream ``h * (i + 2) + 1``."""
+    """Adds its residual itself: returns the new stream ``h * (i + 2) + 1``, then writes into its input."""
 
-    def __init__(self, index: int, received: list[float]) -> None:
+    def __init__(self, index: int, received: list[Stream]) -> None:
         self.index, self.received = index, received
 
-    def __call__(self, positions: Any, hidden_states: float) -> float:
-        self.received.append(hidden_states)
-        return hidden_states * (self.index + 2) + 1.0
+    def __call__(self, positions: Any, hidden_states: Stream) -> Stream:
+        self.received.append(hidden_states.clone())
+        output = hidden_states * (self.index + 2) + 1.0
+        scribble(hidden_states)
+        return output
 
 
 def load(code: str, protocol: type = object, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -147,14 +220,14 @@ def load(code: str, protocol: type = object, extra: Optional[dict[str, Any]] = N
 def run(code: str, shape: str, ids: tuple[int, ...]) -> tuple[Any, list[float]]:
     layers_attribute, pair = SHAPES[shape][4], PAIR_CALL in SHAPES[shape][2]
     model = object.__new__(load(code)["ToyModel"])
-    received: list[float] = []
+    received: list[Stream] = []
     layer = PairLayer if pair else SingleLayer
     setattr(model, layers_attribute, [layer(i, received) for i in range(N)])
     model.start_layer, model.end_layer = 0, N
     model.norm = lambda h, r: ((h + (r or 0.0)) * 0.5, None)  # fused add-norm: the stream, halved
     model.ln_f = lambda h: h * 0.5
     model.aux_hidden_state_layers = ids
-    return model.forward(None, 1.0), received
+    return model.forward(None, Stream(1.0)), received
 
 
 def last_stream(code: str, shape: str) -> float:
@@ -318,15 +391,17 @@ def test_a_causal_lm_keeping_something_else_in_self_model_is_refused():
 
 class StreamLayer:
     """Returns ``(the new stream, something else)``: StableLM's layers (not handed a residual) and EXAONE-4's
-    (handed one, never reading it) both add their residual themselves."""
+    (handed one, never reading it) both add their residual themselves.  Writes into its inputs once read."""
 
-    def __init__(self, index: int, received: list[float], outputs: list[float]) -> None:
+    def __init__(self, index: int, received: list[Stream], outputs: list[Stream]) -> None:
         self.index, self.received, self.outputs = index, received, outputs
 
-    def __call__(self, positions: Any, hidden_states: float, residual: Any = None) -> tuple[float, float]:
-        self.received.append(hidden_states)
+    def __call__(self, positions: Any, hidden_states: Stream, residual: Any = None) -> tuple[Stream, Stream]:
+        self.received.append(hidden_states.clone())
         self.outputs.append(hidden_states * (self.index + 2) + 1.0)
-        return self.outputs[-1], hidden_states
+        output = self.outputs[-1].clone(), hidden_states.clone()
+        scribble(hidden_states, residual)
+        return output
 
 
 EXAONE_LAYER = """
@@ -357,11 +432,11 @@ def test_layers_that_add_their_own_residual_hand_on_the_stream_in_hidden_states(
     assert verdict.state is State.UNPATCHED, verdict.reason
     patched = verdict.patched.replace(IMPORT, "")
     model = object.__new__(load(patched)["ToyModel"])
-    received: list[float] = []
-    outputs: list[float] = []
+    received: list[Stream] = []
+    outputs: list[Stream] = []
     model.layers = [StreamLayer(i, received, outputs) for i in range(N)]
     model.start_layer, model.end_layer = 0, N
     model.norm = lambda h, r: (h * 0.5, None)
     model.aux_hidden_state_layers = (0, 3, N)
-    _, states = model.forward(None, 1.0)
+    _, states = model.forward(None, Stream(1.0))
     assert states == [received[0], received[3], outputs[-1]]

@@ -76,14 +76,14 @@ class DeepseekV2Model(nn.Module):
         aux_layer_ids = self.aux_hidden_state_layers  # vllm-eagle3-patch
         for aux_layer_idx, layer in enumerate(islice(self.layers, self.start_layer, self.end_layer), start=self.start_layer):  # vllm-eagle3-patch
             if aux_layer_idx in aux_layer_ids:  # vllm-eagle3-patch
-                aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+                aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)
             hidden_states, residual = layer(positions, hidden_states, residual)
 
         if not get_pp_group().is_last_rank:
             return IntermediateTensors(hidden_states, residual)
 
         if self.end_layer in aux_layer_ids:  # vllm-eagle3-patch
-            aux_hidden_states.append(hidden_states if residual is None else hidden_states + residual)
+            aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)
         hidden_states, _ = self.norm(hidden_states, residual)
         if aux_hidden_states:  # vllm-eagle3-patch
             return hidden_states, aux_hidden_states

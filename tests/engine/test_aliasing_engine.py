@@ -111,8 +111,6 @@ def test_speculation_is_lossless_and_accepted(aliasing_engine: AliasingRuns, tar
     assert_every_draft_accepted(run)
 
 
-def test_drafter_gets_transformers_hidden_states_at_0_middle_and_n(
-    aliasing_engine: AliasingRuns, target: str
-) -> None:
+def test_drafter_gets_transformers_hidden_states_at_0_middle_and_n(aliasing_engine: AliasingRuns, target: str) -> None:
     """The states at ids 0, n // 2 and n as transformers' ``output_hidden_states``, after the layers ran."""
     assert_states_match(aliasing_engine.runs[target, EDGES], aliasing_engine.references[target], "edges")

@@ -9,7 +9,9 @@ Each run is its own process: a vLLM engine is not meant to be built twice in one
 machine without CUDA the CPU shim (``cpu_shim.py``) lets the CPU backend speculate, and
 the DeepSeek model runs through its non-MLA attention with PyTorch's rotary and RMSNorm
 (vLLM's CPU kernels for those give DeepSeek wrong numbers); the decoder loop, the patch
-and the drafter are the same code either way.
+and the drafter are the same code either way.  A case with ``"in_place_rms_norm": true``
+runs ``RMSNorm`` with a residual through vLLM's in-place fused kernel instead, as on a GPU
+(``cpu_shim.in_place_rms_norm``), and reports its calls.
 """
 
 from __future__ import annotations

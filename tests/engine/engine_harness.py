@@ -49,8 +49,13 @@ def run_engine(
     reference: dict[str, Any],
     target: str,
     compiled: bool = False,
+    in_place_rms_norm: bool = False,
 ) -> dict[str, Any]:
-    """One engine run in ``python`` on the tree at ``root``: eager, or ``compiled`` as vLLM runs by default."""
+    """One engine run in ``python`` on the tree at ``root``: eager, or ``compiled`` as vLLM runs by default.
+
+    ``in_place_rms_norm``: ``RMSNorm`` with a residual through vLLM's in-place fused add-norm kernel, as on a
+    GPU (``cpu_shim.in_place_rms_norm``; the run reports its calls under ``in_place_rms_norm``).
+    """
     case = {
         "target": str(models / target),
         "limit_mm_per_prompt": TEXT_ONLY.get(target),
@@ -58,8 +63,10 @@ def run_engine(
         "prompts": reference["prompts"],
         "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
         "eager": not compiled,
+        "in_place_rms_norm": in_place_rms_norm,
     }
-    case_file = models / f"case-{os.getpid()}-{target}-{drafter}-{'compiled' if compiled else 'eager'}.json"
+    mode = ("compiled" if compiled else "eager") + ("-in-place" if in_place_rms_norm else "")
+    case_file = models / f"case-{os.getpid()}-{target}-{drafter}-{mode}.json"
     case_file.write_text(json.dumps(case))
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     completed = subprocess.run(
@@ -93,13 +100,18 @@ def assert_lossless(run: dict[str, Any], without_drafter: dict[str, Any]) -> Non
 def assert_every_draft_accepted(run: dict[str, Any]) -> None:
     """The state-dependent drafter, fed its layers, drafts what the target produces."""
     assert_decoded(run)
-    assert run["accepted_tokens"] == run["draft_tokens"] > 0, run
+    assert run["accepted_tokens"] == run["draft_tokens"] > 0, _counts(run)
 
 
 def assert_nothing_accepted(run: dict[str, Any]) -> None:
     """The blind drafter drafts token 0, which the target never produces."""
     assert_decoded(run)
-    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, run
+    assert run["draft_tokens"] > 0 and run["accepted_tokens"] == 0, _counts(run)
+
+
+def _counts(run: dict[str, Any]) -> dict[str, Any]:
+    """The run without the states the drafter received: what an assertion on the counters should print."""
+    return {key: value for key, value in run.items() if key != "drafter_input"}
 
 
 def assert_states_match(run: dict[str, Any], reference: dict[str, Any], id_set: str) -> None:
@@ -108,6 +120,24 @@ def assert_states_match(run: dict[str, Any], reference: dict[str, Any], id_set: 
     expected = [sum(states[i][position], []) for i, p in enumerate(reference["prompts"]) for position in range(len(p))]
     received = run["drafter_input"]
     assert len(received) == len(expected), f"the drafter got {len(received)} positions, expected {len(expected)}"
-    worst = max(abs(a - b) for got, want in zip(received, expected) for a, b in zip(got, want))
     assert len(received[0]) == len(expected[0])
-    assert worst < TOLERANCE, f"aux states differ from transformers' by up to {worst}"
+    worst = max(abs(a - b) for got, want in zip(received, expected) for a, b in zip(got, want))
+    if worst >= TOLERANCE:
+        by_id = _difference_by_id(received, expected, reference["sets"][id_set]["layer_ids"])
+        raise AssertionError(f"aux states differ from transformers' by up to {worst}; by layer id: {by_id}")
+
+
+def _difference_by_id(received: list[list[float]], expected: list[list[float]], ids: list[int]) -> dict[int, str]:
+    """Per layer id, the largest difference and the relative one (norm of the difference over the reference's)."""
+    hidden = len(expected[0]) // len(ids)
+    summary = {}
+    for k, layer in enumerate(ids):
+        pairs = [
+            (a, b)
+            for got, want in zip(received, expected)
+            for a, b in zip(got[k * hidden : (k + 1) * hidden], want[k * hidden : (k + 1) * hidden])
+        ]
+        largest = max(abs(a - b) for a, b in pairs)
+        relative = (sum((a - b) ** 2 for a, b in pairs) / sum(b**2 for _, b in pairs)) ** 0.5
+        summary[layer] = f"{largest:.3g} (relative {relative:.3g})"
+    return summary

@@ -21,6 +21,8 @@ that plumbing, never the code under test:
 
 The EAGLE proposer's other kernels are avoided by the speculative config
 (``disable_padded_drafter_batch``), not replaced.
+
+One more piece is opt-in (:func:`in_place_rms_norm`): ``RMSNorm`` with a residual as on a GPU, in place.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ from typing import Any, Callable
 
 COUNTS = {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0}
 """What the shimmed rejection sampler saw; the engine run reports it beside vLLM's own metrics."""
+IN_PLACE_RMS_NORM = {"calls": 0, "in_place": 0}
+"""Calls of ``RMSNorm`` with a residual under :func:`in_place_rms_norm`, and how many of them handed back
+the very tensors they were given, ``x`` normalised and ``residual`` holding ``residual + x``."""
 
 
 def install() -> None:
@@ -64,6 +69,33 @@ def speculates_on_cpu() -> bool:
         return "spec decode is not supported" not in runner.read_text(encoding="utf-8")
     except OSError:  # installed without sources: taken for a release the shim was written for
         return False
+
+
+def in_place_rms_norm() -> None:
+    """``RMSNorm`` with a residual as vLLM runs it on a GPU: ``forward_cuda``, whose ``fused_add_rms_norm``
+    kernel (``torch.ops._C.fused_add_rms_norm``, which the CPU build has too) adds ``x`` into ``residual`` and
+    normalises ``x``, both in place, and returns them.  vLLM's CPU default (``forward_cpu``, that is
+    ``forward_native``) returns new tensors, which hides a capture that aliases the residual stream.
+
+    Without a residual it stays ``forward_native``.  Each call checks that it really worked in place
+    (:data:`IN_PLACE_RMS_NORM`), so a run that proves nothing says so.  The engine run must also enable the
+    ``rms_norm`` custom op, or vLLM dispatches to ``forward_native`` and never calls this.
+    """
+    import torch
+
+    layernorm = importlib.import_module("vllm.model_executor.layers.layernorm")
+
+    def forward_cpu(self: Any, x: Any, residual: Any = None) -> Any:
+        if residual is None:
+            return self.forward_native(x)
+        summed = residual + x
+        out = self.forward_cuda(x, residual)
+        IN_PLACE_RMS_NORM["calls"] += 1
+        if isinstance(out, tuple) and out[0] is x and out[1] is residual and torch.allclose(residual, summed):
+            IN_PLACE_RMS_NORM["in_place"] += 1
+        return out
+
+    layernorm.RMSNorm.forward_cpu = forward_cpu
 
 
 def _stub_cuda_streams() -> None:

@@ -9,7 +9,9 @@ Each run is its own process: a vLLM engine is not meant to be built twice in one
 machine without CUDA the CPU shim (``cpu_shim.py``) lets the CPU backend speculate, and
 the DeepSeek model runs through its non-MLA attention with PyTorch's rotary and RMSNorm
 (vLLM's CPU kernels for those give DeepSeek wrong numbers); the decoder loop, the patch
-and the drafter are the same code either way.
+and the drafter are the same code either way.  A case with ``"in_place_rms_norm": true``
+runs ``RMSNorm`` with a residual through vLLM's in-place fused kernel instead, as on a GPU
+(``cpu_shim.in_place_rms_norm``), and reports its calls.
 """
 
 from __future__ import annotations
@@ -167,6 +169,8 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
             import cpu_shim
 
             cpu_shim.install()
+            if case.get("in_place_rms_norm"):
+                cpu_shim.in_place_rms_norm()
         captured = _capture_drafter_inputs() if case.get("drafter") else []
         import vllm
         from vllm import LLM, SamplingParams
@@ -181,6 +185,8 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         result["compilation"] = _compilation(llm)
         if captured:
             result["drafter_input"] = captured[0]
+        if on_cpu and case.get("in_place_rms_norm"):
+            result["in_place_rms_norm"] = dict(cpu_shim.IN_PLACE_RMS_NORM)
         result["ok"] = True
     except BaseException as error:  # noqa: BLE001 - the message is the result
         result["error"] = f"{type(error).__name__}: {error}"
@@ -218,7 +224,9 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
     if case.get("limit_mm_per_prompt"):
         arguments["limit_mm_per_prompt"] = case["limit_mm_per_prompt"]  # text only: vLLM skips the vision tower
     if on_cpu:
-        arguments["compilation_config"] = {"custom_ops": ["-rotary_embedding", "-rms_norm"]}
+        # ``in_place_rms_norm``: vLLM's fused add-norm kernel, in place as on a GPU (cpu_shim.in_place_rms_norm)
+        rms_norm = "+rms_norm" if case.get("in_place_rms_norm") else "-rms_norm"
+        arguments["compilation_config"] = {"custom_ops": ["-rotary_embedding", rms_norm]}
     else:
         arguments["gpu_memory_utilization"] = 0.3
     if case.get("drafter"):

@@ -204,6 +204,22 @@ TARGETS: dict[str, TinyTarget] = {
             "initializer_range": 0.1,  # at 0.2 its greedy continuation names token 0, the blind drafter's draft
         },
     ),
+    # Layers taking the stream alone and adding into it in place (``residual = hidden_states``, then
+    # ``residual += attention_output``): Falcon-RW's sequential layout, with rotary instead of ALiBi
+    "falcon": TinyTarget(
+        "FalconForCausalLM",
+        "FalconConfig",
+        {
+            "num_attention_heads": 2,  # head_dim 32: CPU attention needs >= 32
+            "multi_query": False,
+            "parallel_attn": False,
+            "new_decoder_architecture": False,
+            "alibi": False,
+            "bias": True,
+            "tie_word_embeddings": False,
+            "pad_token_id": 2,
+        },
+    ),
     # Targets whose embedding vLLM's proposers would not find as vLLM wrote them (``model.embed_tokens``)
     "gpt2": TinyTarget(  # the decoder in self.transformer, the embedding in wte, layers returning one tensor
         "GPT2LMHeadModel",

@@ -39,6 +39,7 @@ from typing import Any
 BENCHMARKS = Path(__file__).resolve().parent
 TESTS = BENCHMARKS.parent / "tests"
 FORWARD_TIMING = BENCHMARKS / "forward_timing.py"
+CAPTURE_COPY = BENCHMARKS / "capture_copy.py"
 IMPORTED_MODULE = "vllm.model_executor.models.deepseek_v2"
 
 # Targets from the issue: the tool must cost a small fraction of the import it patches, and the
@@ -51,6 +52,8 @@ FORWARD_MAX_NS_PER_LAYER = 100.0
 NUM_LAYERS = 61  # DeepSeek-V3 / Kimi-K2
 FORWARD_ITERATIONS = 3000  # forwards per sample: ~20 ms, well above timer resolution
 FORWARD_SAMPLES = 31  # samples per process; the process reports their median
+CAPTURED_STATE = (512, 7168)  # [tokens, hidden]: a 512-token step of DeepSeek-V3 / Kimi-K2, bfloat16
+CAPTURE_SAMPLES = 5
 NOISY_LOAD = 0.5  # 1-minute load average at which another job was sharing the CPUs
 NOISY_SPREAD = 0.15  # (max - min) / median of the import baseline
 COMMAND_NAMES = (
@@ -286,6 +289,18 @@ def measure_forward(cpu_python: Path, unpatched_site: Path, patched_site: Path, 
     return series
 
 
+def measure_capture_copy(cpu_python: Path, rounds: int) -> dict[str, list[float]]:
+    """Per round, one process: the median time of one captured state's copy, and of the add it stands beside."""
+    series: dict[str, list[float]] = {"copy": [], "add": []}
+    for round_ in range(rounds):
+        progress(f"capture copy: round {round_ + 1}/{rounds}")
+        argv = [str(cpu_python), str(CAPTURE_COPY), *map(str, CAPTURED_STATE), str(CAPTURE_SAMPLES)]
+        result = json.loads(run_checked(argv).strip().splitlines()[-1])
+        for key in series:
+            series[key].append(statistics.median(result[key]))
+    return series
+
+
 def collect(version: str, forward_version: str, runs: int) -> Report:
     """Set everything up, take every measurement, and return the figures."""
     require_tool()
@@ -303,6 +318,7 @@ def collect(version: str, forward_version: str, runs: int) -> Report:
 
         seconds = measure_commands(pristine.parent, cpu_python, runs, work)
         nanoseconds = measure_forward(forward_python, *(tree.parent for tree in forward_trees), runs)
+        nanoseconds.update(measure_capture_copy(forward_python, runs))
         if tree_state(pristine) != "unpatched":
             raise SystemExit("benchmarks/run.py: the pristine tree changed during the run")
     report.load_after = os.getloadavg()
@@ -337,6 +353,8 @@ def build_figures(seconds: dict[str, list[float]], nanoseconds: dict[str, list[f
         Figure("reference loop (CPU speed)", "ns", nanoseconds["reference"]),
         Figure("forward: extra per layer, raw", "ns", nanoseconds["raw_extra"]),
         Figure("forward: extra per layer", "ns", nanoseconds["extra"], target=FORWARD_MAX_NS_PER_LAYER),
+        Figure(f"capture: copy of one {list(CAPTURED_STATE)} bf16 state (<= 3 a step)", "ns", nanoseconds["copy"]),
+        Figure("capture: the add a state inside the loop pays anyway", "ns", nanoseconds["add"]),
     ]
     return figures
 

@@ -19,8 +19,11 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 HERE = Path(__file__).resolve().parent
 collect_ignore = [] if "VLLM_EAGLE3_PATCH_DECODERS" in os.environ else ["test_every_target.py"]
 """That module checks the decoders the outer test names (tests/test_every_target.py), and only then runs."""
-if str(HERE) not in sys.path:  # ``import harness`` under any --import-mode
-    sys.path.insert(0, str(HERE))
+IN_TARGET = HERE.parents[1] / "vllm_eagle3_patch" / "verification" / "in_target"
+"""The scripts ``verify`` runs in the target interpreter: the inner suite runs the same checks (``in_place``)."""
+for path in (IN_TARGET, HERE):  # ``import harness`` under any --import-mode
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

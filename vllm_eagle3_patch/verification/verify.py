@@ -95,7 +95,9 @@ def getter_asked(plan: Plan) -> str:
 def families_to_check(plan: Plan) -> list[dict]:
     """What ``stand_in_checks`` checks: each family whose model file this vLLM has, not native,
     and ``apply`` does not leave alone (a required family always: failing it is the point of
-    an unpatched run), and its multimodal wrapper on the same terms; modules and classes by name."""
+    an unpatched run), and its multimodal wrapper on the same terms; then every family found by rule
+    whose file is patched or to be patched (``by_rule``: the protocol and the states); modules and
+    classes by name."""
     present = {f.path for f in plan.files}
     left_alone = {f.path for f in plan.files if f.optional and f.state is State.UNSUPPORTED}
     native = {f.path for f in plan.files if f.state is State.NATIVE}  # upstream's code: not this tool's to prove
@@ -120,4 +122,16 @@ def families_to_check(plan: Plan) -> list[dict]:
                 and {"module": module_name(wrapper.path), "cls": wrapper.cls, "language_model": wrapper.language_model},
             }
         )
+    by_rule = [family for family in plan.discovery.families if checked(family.path)]
+    described += [
+        {
+            "module": module_name(family.path),
+            "required": False,
+            "model": family.model,
+            "causal_lm": family.causal_lm,
+            "decoder": family.decoder,
+            "by_rule": True,
+        }
+        for family in by_rule
+    ]
     return described

@@ -50,18 +50,23 @@ def main(argv: list[str]) -> dict[str, Any]:
 def family_checks(
     family: dict[str, Any], module: types.ModuleType, expected_ids: tuple[int, ...] | None, getter: str
 ) -> list[tuple[str, Callable[[], str]]]:
-    """The same five checks for every family; the wrapper's delegation where it has one.
-    ``getter``: the name the release's runner asks the default ids by."""
+    """The same five checks for every family the registry describes, the wrapper's delegation where it has
+    one; the protocol and the states for a family found by rule (``"by_rule"``), whose decoder may keep its
+    layers and itself under other names.  ``getter``: the name the release's runner asks the default ids by."""
     causal_lm, model, decoder = family["causal_lm"], family["model"], family["decoder"]
+    protocol = (f"{causal_lm} supports EAGLE-3", lambda: check_protocol(module, causal_lm))
+    states = (f"{model}.forward hands the drafter the stream as it was", lambda: check_stream(module.__name__, model))
+    if family.get("by_rule"):
+        return [protocol, states]
     checks = [
-        (f"{causal_lm} supports EAGLE-3", lambda: check_protocol(module, causal_lm)),
+        protocol,
         (f"{causal_lm}.{getter}()", lambda: check_default_ids(module, causal_lm, decoder, expected_ids, getter)),
         (
             f"{causal_lm}.set_aux_hidden_state_layers() reaches the model",
             lambda: check_setter(module, causal_lm, decoder),
         ),
-        (f"{model}.forward captures ids 0, 3 and n", lambda: check_forward(module, model, (0, 3, NUM_LAYERS))),
-        (f"{model}.forward unchanged with no ids", lambda: check_forward(module, model, ())),
+        states,
+        (f"{model}.forward unchanged with no ids", lambda: check_unchanged(module, model)),
     ]
     wrapper = family.get("wrapper")
     if wrapper:
@@ -69,6 +74,13 @@ def family_checks(
             (f"{wrapper['cls']} supports EAGLE-3 and delegates", lambda: check_wrapper(wrapper, getter, expected_ids))
         )
     return checks
+
+
+def check_stream(module: str, model: str) -> str:
+    """``in_place.py``'s check, beside this script (which runs as one: its folder is first on ``sys.path``)."""
+    import in_place
+
+    return in_place.check_stream(module, model)
 
 
 def run(name: str, check: Callable[[], str]) -> dict[str, Any]:
@@ -208,25 +220,16 @@ def run_forward(module: types.ModuleType, model_class: str, ids: tuple[int, ...]
     return output, received
 
 
-def check_forward(module: types.ModuleType, model_class: str, ids: tuple[int, ...]) -> str:
+def check_unchanged(module: types.ModuleType, model_class: str) -> str:
+    """With no ids asked for, the patched ``forward`` computes and returns what the unpatched one does."""
     import torch
 
-    output, received = run_forward(module, model_class, ids)
+    output, received = run_forward(module, model_class, ())
     assert len(received) == NUM_LAYERS, f"{len(received)} of {NUM_LAYERS} layers ran"
-    final_hidden, final_residual = _last_layer_output(received[0])
-    expected_output = stand_in_norm(final_hidden, final_residual)[0]
-    if not ids:
-        assert isinstance(output, torch.Tensor), f"returned {type(output).__name__}, expected a tensor"
-        assert torch.equal(output, expected_output), "output differs from the unpatched computation"
-        return "returns the plain tensor, bit for bit"
-    assert isinstance(output, tuple) and len(output) == 2, f"returned {type(output).__name__}, expected a pair"
-    hidden_out, states = output
-    assert torch.equal(hidden_out, expected_output), "hidden states differ"
-    expected = [received[i] if i < NUM_LAYERS else final_hidden + final_residual for i in sorted(ids)]
-    assert len(states) == len(expected), f"captured {len(states)} states, expected {len(expected)}"
-    for layer_id, got, want in zip(sorted(ids), states, expected):
-        assert torch.equal(got, want), f"state for layer id {layer_id} differs"
-    return f"captured {len(states)} states in layer order"
+    expected_output = stand_in_norm(*_last_layer_output(received[0]))[0]
+    assert isinstance(output, torch.Tensor), f"returned {type(output).__name__}, expected a tensor"
+    assert torch.equal(output, expected_output), "output differs from the unpatched computation"
+    return "returns the plain tensor, bit for bit"
 
 
 def _last_layer_output(first_input: Any) -> tuple[Any, Any]:

@@ -8,7 +8,10 @@ left in it.  :class:`InPlaceLayer` reads its inputs, records the stream it was g
 them; :class:`InPlaceNorm` is the fused add-norm, in place.  The decoder is a bare instance of the release's
 own class (no ``__init__``: it needs a GPU and a config); what its ``forward`` reads beyond the layers and the
 norm answers :class:`Neutral` (one, or a zero tensor where it is called).  How the loop calls its layers is
-read from the forward's own source with :mod:`ast` (this module never imports the tool).
+read from the forward's own source with :mod:`ast`.
+
+Run in the target interpreter (it imports torch and vLLM, never this tool): by ``verify``
+(``stand_in_checks.py``) and by the inner suite (``tests/inside_vllm/test_every_target.py``), one check.
 """
 
 from __future__ import annotations
@@ -246,3 +249,13 @@ def one_stage(*modules: types.ModuleType) -> Iterator[None]:
     finally:
         for module, name, value in saved:
             setattr(module, name, value)
+
+
+def check_stream(module_name: str, model_name: str) -> str:
+    """The check: ids 0, n/2 and n hand back the stream entering those layers (n: leaving the last one)."""
+    captured = run_decoder(module_name, model_name)
+    expected = [captured.entering[i] if i < NUM_LAYERS else captured.leaving for i in IDS]
+    assert len(captured.states) == len(expected), f"captured {len(captured.states)} states for ids {IDS}"
+    wrong = [i for i, got, want in zip(IDS, captured.states, expected) if not torch.equal(got, want)]
+    assert not wrong, f"ids {wrong} are not the stream entering those layers as it was"
+    return f"ids {', '.join(map(str, IDS))} are the stream entering those layers, under layers writing into it"

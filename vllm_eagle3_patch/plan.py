@@ -18,7 +18,7 @@ from .errors import ToolError
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .registry import DEEPSEEK_V2, FAMILIES, PROPOSER, gate_target, model_targets
+from .registry import FAMILIES, PROPOSER, gate_target, model_targets
 
 
 @dataclass(frozen=True)
@@ -375,11 +375,6 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
         more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
         reason += f"; left alone (unsupported): {named}{more}"
     return state, reason
-
-
-def deepseek_native(files: Iterable[FilePlan]) -> bool:
-    """Whether the release's DeepSeek-V2/V3 model has EAGLE-3 itself (0.18.0+), whatever the families' files say."""
-    return any(f.path == DEEPSEEK_V2.path and f.state is State.NATIVE for f in files)
 
 
 def _least_finished(files: list[FilePlan]) -> tuple[State, str]:

@@ -337,19 +337,6 @@ def test_a_native_target_is_judged_by_its_own_class_its_ids_and_the_gate(release
     assert doctor(package_dir, drafter, target)["consistent"]
 
 
-def test_a_model_the_runner_refuses_is_a_problem_this_tool_cannot_fix(release, checkpoints):
-    """A registered class without EAGLE-3 that no family serves: not consistent, and no `apply` offered."""
-    package_dir = release("0.17.1")
-    found = json.loads(run_cli("--vllm-dir", str(package_dir), "status", "--architectures", "--json").stdout)
-    refused = next(v for v in found["architectures"] if v["verdict"] == "refused" and "no model family" in v["reason"])
-    drafter, target = checkpoints(
-        LLAMA_DRAFTER, {**GEMMA3_TEXT, "architectures": [refused["architecture"]], "model_type": "x"}
-    )
-    report = doctor(package_dir, drafter, target)
-    vllm = finding(report, "vLLM")
-    assert vllm["verdict"] == "problem" and "apply" not in vllm["fix"] and report["captured"] is None, vllm
-
-
 @pytest.mark.parametrize(
     ("version", "architecture", "model_type", "verdict", "says"),
     [

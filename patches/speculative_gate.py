@@ -40,7 +40,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.judge import judge
 from vllm_eagle3_patch.codemod.target import Options, Policy, Unrecognised, Verdict
-from vllm_eagle3_patch.eagle3.release import GATE_FILES, GATE_SIGNS, WHITELISTS, Release
+from vllm_eagle3_patch.eagle3.release import GATE_FILES, GATE_SIGNS, WHITELISTS, Release, gate_admits
 
 CONFIG = "SpeculativeConfig"
 READ_WORDS = (*GATE_SIGNS, "llama")
@@ -143,6 +143,11 @@ class SpeculativeGateTarget:
 
     def locate(self, release: Release) -> Optional[str]:
         return release.gate_file
+
+    def falls_short(self, source: str) -> tuple[str, ...]:
+        """The model types this gate must admit that ``source``, a gate patched before, refuses as it stands
+        (an ``apply --only`` left out, or another version of this tool wrote): not yet patched for them."""
+        return tuple(t for t in self.model_types if not gate_admits(source, t))
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
         return judge(

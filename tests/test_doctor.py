@@ -247,6 +247,7 @@ def test_without_a_target_the_layers_are_unknown(release, checkpoints):
         finding(report, "hidden size")["verdict"] == "unknown" and "--target" in finding(report, "hidden size")["fix"]
     )
     assert finding(report, "layers")["verdict"] == "unknown"
+    assert finding(report, "vLLM")["verdict"] == "unknown" and "DeepSeek" not in json.dumps(report)
 
 
 def test_text_output_is_one_line_per_finding_with_its_fix(release, checkpoints):
@@ -315,12 +316,25 @@ def test_a_model_the_rule_cannot_follow_is_a_problem_apply_cannot_fix(release, c
     assert "apply" not in vllm["fix"]
 
 
-def test_a_model_this_tool_does_not_patch_is_a_note_not_a_guess(release, checkpoints):
-    llama = {**GEMMA3_TEXT, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}  # EAGLE-3 of its own
+def test_a_native_target_is_judged_by_its_own_class_its_ids_and_the_gate(release, checkpoints):
+    """Llama's class implements EAGLE-3 and 0.17.1's gate admits it: consistent, with the ids llama.py's getter
+    returns.  Mistral's class is the same, but the gate refuses ``mistral``: a problem that ``apply``, the fix
+    named, solves.  Neither speaks of DeepSeek."""
+    package_dir = release("0.17.1")
+    llama = {**GEMMA3_TEXT, "architectures": ["LlamaForCausalLM"], "model_type": "llama"}
     drafter, target = checkpoints(LLAMA_DRAFTER, llama)
-    report = doctor(release("0.17.1"), drafter, target)
-    assert finding(report, "vLLM")["verdict"] == "note"
-    assert report["captured"] is None and "its own model class chooses" in finding(report, "layers")["detail"]
+    report = doctor(package_dir, drafter, target)
+    assert report["consistent"] and report["captured"] == [2, 13, 23], report
+    assert "llama.py's LlamaForCausalLM.get_eagle3_aux_hidden_state_layers" in finding(report, "layers")["detail"]
+    drafter, target = checkpoints(
+        LLAMA_DRAFTER, {**llama, "architectures": ["MistralForCausalLM"], "model_type": "mistral"}
+    )
+    report = doctor(package_dir, drafter, target)
+    vllm = finding(report, "vLLM")
+    assert not report["consistent"] and vllm["verdict"] == "problem" and "'mistral'" in vllm["detail"], vllm
+    assert report["captured"] == [2, 13, 23] and "DeepSeek" not in json.dumps(report)
+    run_fix(vllm["fix"])
+    assert doctor(package_dir, drafter, target)["consistent"]
 
 
 @pytest.mark.parametrize(

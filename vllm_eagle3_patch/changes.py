@@ -23,7 +23,7 @@ from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .plan import Plan, make_plan, telling_first
+from .plan import FilePlan, Plan, make_plan, telling_first
 
 LOCK_WAIT_SECONDS = 10.0
 
@@ -118,8 +118,8 @@ def _write_patches(plan: Plan) -> Outcome:
             if not _backup_holds(state_dir, previous, file.path, record):
                 backups.append((file.path, file.original))
             records[file.path] = record
-        elif previous and file.path in previous.files and file.state is State.PATCHED:
-            records[file.path] = previous.files[file.path]
+        elif _as_applied(previous, file):
+            records[file.path] = previous.files[file.path]  # type: ignore[union-attr]
     for path, original in backups:  # all checked before any is written: refusing changes nothing
         _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
     for path, original in backups:
@@ -146,6 +146,16 @@ def _write_patches(plan: Plan) -> Outcome:
     kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
     message = f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}"
     return Outcome(message, names, kept, plan.options)
+
+
+def _as_applied(previous: Optional[Manifest], file: FilePlan) -> bool:
+    """Whether ``file`` holds what an earlier ``apply`` wrote (patched, or a gate now short of types): its record
+    and backup are kept."""
+    return (
+        previous is not None
+        and file.path in previous.files
+        and sha256(file.current) == previous.files[file.path].sha256_after
+    )
 
 
 def _refuse_to_lose_the_installed_original(install: VllmInstall, state_dir: StateDir, path: str, digest: str) -> None:

@@ -60,6 +60,22 @@ MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "Ministral3ForCausalLM": ("ministral3",),
     "GlmMoeDsaForCausalLM": ("glm_moe_dsa",),
     "CwmForCausalLM": ("cwm",),
+    # several architectures of one module, each checkpoint naming its own type (a bare name is judged by these)
+    "DeepseekV3ForCausalLM": ("deepseek_v3", "kimi_k2"),  # Kimi-K2's checkpoints name this architecture
+    "DeepseekV32ForCausalLM": ("deepseek_v32",),
+    "Gemma3ForCausalLM": ("gemma3_text",),
+    "Gemma3nForCausalLM": ("gemma3n_text",),
+    "Gemma4ForCausalLM": ("gemma4_text",),
+    "HunYuanDenseV1ForCausalLM": ("hunyuan_v1_dense",),
+    "HunYuanMoEV1ForCausalLM": ("hunyuan_v1_moe",),
+    "Llama4ForCausalLM": ("llama4_text", "llama4"),
+    "MiMoV2FlashForCausalLM": ("mimo_v2_flash",),
+    "GraniteSWAForCausalLM": ("granite_swa",),
+    "Qwen3_5ForCausalLM": ("qwen3_5_text", "qwen3_5"),
+    "Qwen3_5MoeForCausalLM": ("qwen3_5_moe_text", "qwen3_5_moe"),
+    "Qwen4ExpForCausalLM": ("qwen4_exp_text", "qwen4_exp"),
+    "InklingForCausalLM": ("inkling_text",),
+    "InklingForConditionalGeneration": ("inkling_mm_model",),
     # served by another architecture's module (llama.py), their checkpoints name their own type
     "AquilaModel": ("aquila",),
     "AquilaForCausalLM": ("aquila",),
@@ -71,9 +87,10 @@ MODEL_TYPES: dict[str, tuple[str, ...]] = {
 }
 """``hf_text_config.model_type`` of an architecture's checkpoints where it is not the registry's
 module name (``commandr`` serves ``cohere`` and ``cohere2``).  The one thing structure cannot tell:
-``tests/test_architectures.py`` checks the rule and this table against transformers' own mapping (the gate
-matches a type as a substring, so ``hunyuan_v1`` admits ``hunyuan_v1_moe``); the remote-code models
-transformers does not know are listed from their checkpoints' ``config.json``."""
+``tests/test_architectures.py`` checks that the rule and this table name every type transformers' own mapping
+gives an architecture, exactly (a bare architecture name is judged by each of them, and the gate matches by
+substring, so ``hunyuan_v1`` would admit both HunYuan types though the gate judges each apart); the remote-code
+models transformers does not know are listed from their checkpoints' ``config.json``."""
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.two_processes import judge_all
 from .codemod.verdict_cache import StateCache, default_directory
 from .discovery import Discovery, decoder, discover, encode, serving
-from .eagle3.release import Release
+from .eagle3.release import Release, admitted_entries
 from .errors import ToolError
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .registry import DEEPSEEK_V2, FAMILIES, PROPOSER, gate_target, model_targets
+from .registry import FAMILIES, PROPOSER, gate_target, model_targets
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,8 @@ def make_plan(
     gated = tuple(t for family in discovery.families if family.name in eagle3 for t in family.model_types)
     natives = discovery.native.items() if only is None else ((a, discovery.native.get(a, ())) for a in only)
     gated += tuple(t for _, types in natives for t in types)
+    if only is not None:  # a partial apply never takes away what an earlier apply opened the gate to
+        gated += _opened_gate(release, state_dir, manifest)
     files += _plan_targets(context, manifest, (gate_target(gated),))
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
@@ -164,6 +166,16 @@ def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Mani
     return release.reading_through(read) if patched else release
 
 
+def _opened_gate(release: Release, state_dir: StateDir, manifest: Optional[Manifest]) -> tuple[str, ...]:
+    """The entries an earlier ``apply`` added to the gate (those of the file beyond its backup's)."""
+    path = release.gate_file
+    record = manifest.files.get(path) if manifest and path else None
+    if path is None or record is None:
+        return ()
+    before = set(admitted_entries(state_dir.read_backup(path, record).decode("utf-8", "replace")))
+    return tuple(entry for entry in admitted_entries(release.read(path) or "") if entry not in before)
+
+
 def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:
     files = []
     for target in targets:
@@ -173,7 +185,7 @@ def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: I
                 files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
             continue
         manifested = manifest.files.get(path) if manifest else None
-        planned = _plan_file(context, target, path, manifested)
+        planned = _falling_short(target, _plan_file(context, target, path, manifested))
         files.append(replace(planned, optional=target.policy is Policy.OPTIONAL, family=target.serves))
     return files
 
@@ -320,6 +332,19 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
     return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed, stale=stale)
 
 
+def _falling_short(target: Target, file: FilePlan) -> FilePlan:
+    """A file patched for less than the target adds now (a gate missing model types) is not ``patched``:
+    the next ``apply`` (which plans it from its original) completes it."""
+    if file.state is not State.PATCHED:
+        return file
+    short = target.falls_short(file.current.decode("utf-8", "replace"))
+    if not short:
+        return file
+    listed = ", ".join(repr(t) for t in short[:3]) + (f" and {len(short) - 3} more" if len(short) > 3 else "")
+    reason = f"{file.reason}, but for fewer model types than this install needs: it refuses {listed} until `apply`"
+    return replace(file, state=State.UNPATCHED, reason=reason)
+
+
 def _original_note(installed: Comparison, originals: Originals, subject: str) -> str:
     """What a file's reason says about its original (``subject``: the file itself, or its backup)."""
     if installed.check is RecordCheck.MODIFIED:
@@ -350,11 +375,6 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
         more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
         reason += f"; left alone (unsupported): {named}{more}"
     return state, reason
-
-
-def deepseek_native(files: Iterable[FilePlan]) -> bool:
-    """Whether the release's DeepSeek-V2/V3 model has EAGLE-3 itself (0.18.0+), whatever the families' files say."""
-    return any(f.path == DEEPSEEK_V2.path and f.state is State.NATIVE for f in files)
 
 
 def _least_finished(files: list[FilePlan]) -> tuple[State, str]:

@@ -111,6 +111,10 @@ class Target(Protocol):
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
         """Classify ``source`` and, when it is patchable, return the patched text."""
 
+    def falls_short(self, source: str) -> tuple[str, ...]:
+        """What ``source``, patched by this tool, still lacks of what this target adds (the gate: model types
+        an earlier ``apply --only`` left out): such a file is not ``patched`` yet.  Empty: nothing."""
+
 
 class SingleFileTarget:
     """A target that is one file at a fixed path, present or not in a given release."""
@@ -132,6 +136,9 @@ class SingleFileTarget:
     @property
     def cache_key(self) -> str:
         return self.name
+
+    def falls_short(self, source: str) -> tuple[str, ...]:
+        return ()  # a file's patch is whole: its marks say it all
 
     def locate(self, release: Release) -> Optional[str]:
         return self.path if release.exists(self.path) else None

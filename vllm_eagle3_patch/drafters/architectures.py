@@ -3,8 +3,10 @@
 The registry maps each ``architectures`` name to a module and class; the runner asks
 ``supports_eagle3`` of that class.  So each registered text-generation architecture is
 ``native`` (the class's chain declares EAGLE-3), ``patchable`` or ``patched`` (the chain holds a
-family's causal LM, whose file ``apply`` patches), or ``refused``, with the reason.  ``status
---architectures`` shows the list beside the per-file rows.
+family's causal LM, whose file ``apply`` patches), or ``refused``, with the reason.  The speculative-config
+gate is the second check: a class the runner accepts whose model type the gate refuses is ``gated`` (``apply``
+admits it) and ``patched`` once the patched gate admits it.  ``status --architectures`` shows the list beside
+the per-file rows.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..codemod.target import State
-from ..discovery import Discovery
+from ..discovery import Discovery, model_types
 from ..eagle3.class_chain import Chain, ChainReader, registry_module
 from ..patches.pipeline_relay import carries_aux_across_ranks
 from ..plan import FilePlan, Plan
 from ..registry import FAMILIES
+from .gate import GateVerdict, gate_verdict, quoted
 
-VERDICTS = ("native", "patched", "patchable", "refused")
+VERDICTS = ("native", "patched", "patchable", "gated", "refused")
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,27 @@ def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
     interface = plan.release.interface
     relays = interface is not None and interface.relay_key is not None
     return [
-        judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays)
+        through_the_gate(
+            judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays),
+            gate_verdict(plan, model_types(architecture, module)),
+        )
         for architecture, (module, cls) in plan.release.text_generation_models.items()
     ]
+
+
+def through_the_gate(verdict: ArchitectureVerdict, gate: GateVerdict) -> ArchitectureVerdict:
+    """The runner's verdict, then the gate's: what a deployment gets is what both let through."""
+    if verdict.verdict not in ("native", "patched"):
+        return verdict
+    if gate.refused and gate.file is not None:
+        refusal = f"the speculative-config gate ({gate.file.path}) refuses {quoted(gate.refused)}"
+        if gate.apply_opens:
+            return replace(verdict, verdict="gated", reason=f"{verdict.reason}; {refusal} until `apply`")
+        return replace(verdict, verdict="refused", reason=f"{verdict.reason}; {refusal}: {gate.file.reason}")
+    if gate.opened and verdict.verdict == "native":
+        opened = f"; the speculative-config gate admits {quoted(gate.opened)} as vllm-eagle3-patch patched it"
+        return replace(verdict, verdict="patched", reason=verdict.reason + opened)
+    return verdict
 
 
 def judge(

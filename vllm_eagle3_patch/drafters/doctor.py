@@ -17,10 +17,12 @@ from typing import Any, Optional, TextIO
 
 from ..codemod.target import State
 from ..eagle3 import layer_ids
+from ..eagle3.class_chain import ChainReader
+from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
-from ..eagle3.release import REGISTRY, Lookup, Release
+from ..eagle3.release import GETTERS, REGISTRY, Lookup, Release
 from ..patches.pipeline_relay import carries_aux_across_ranks
-from ..plan import Plan, deepseek_native
+from ..plan import Plan
 from .drafter_config import (
     Convention,
     DrafterIds,
@@ -128,37 +130,33 @@ def diagnose(plan: Plan, drafter: Path, target: Optional[Path], command: str) ->
 # --------------------------------------------------------------------------- the release
 
 
-def deepseek_state(plan: Plan) -> State:
-    """The state that matters to a DeepSeek-family target: native where vLLM's DeepSeek model is
-    (0.18.0+, where only the other families' files may be unpatched), else the whole plan's."""
-    return State.NATIVE if deepseek_native(plan.files) else plan.state
-
-
 def release_finding(context: Context) -> Finding:
+    """Whether this install serves the target with EAGLE-3: its class (the runner's check), its files and the gate."""
     plan, command, model = context.plan, context.command, context.model
     where = f"vLLM {context.version} ({plan.state.value})"
-    if model is not None and model.family is not None and plan.state is not State.MODIFIED:
-        if model.ready:
-            return Finding("vLLM", Assessment.OK, f"{where}: {model.verdict()}")
-        unrecognised = next((f for f in model.files if f.state is State.UNSUPPORTED), None)
-        if unrecognised is not None:  # apply cannot help: say what was not recognised
-            detail = f"{where}: {model.verdict()}: {unrecognised.reason}"
-            return Finding("vLLM", Assessment.PROBLEM, detail, "none from this tool: a newer vLLM, or another target")
-        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {model.verdict()}", f"{command} apply")
-    if model is not None and model.family is None:
-        return Finding("vLLM", Assessment.NOTE, f"{where}: {model.verdict()}: its own model class decides")
-    state = deepseek_state(plan)
-    if state in (State.PATCHED, State.NATIVE):
-        return Finding("vLLM", Assessment.OK, f"{where}: DeepSeek-family targets have EAGLE-3")
-    if state is State.UNPATCHED:
-        verdict = Assessment.PROBLEM
-        detail = f"{where}: a DeepSeek-family target is refused (speculative gate, or no SupportsEagle3)"
-        return Finding("vLLM", verdict, detail, f"{command} apply")
     if plan.state is State.MODIFIED:
         return Finding(
             "vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply"
         )
-    return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"pip install '{NATIVE_MLA_DRAFTERS}'")
+    if model is None:
+        detail = f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
+        return Finding(
+            "vLLM",
+            Assessment.UNKNOWN,
+            detail,
+            f"{command} doctor --drafter {context.drafter.directory} --target TARGET_DIR",
+        )
+    if model.ready:
+        return Finding("vLLM", Assessment.OK, f"{where}: {model.verdict()}")
+    if model.apply_fixes:
+        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {model.verdict()}", f"{command} apply")
+    unrecognised = next((f for f in model.files if f.state is State.UNSUPPORTED), None)
+    detail = f"{where}: {model.verdict()}" + (f": {unrecognised.reason}" if unrecognised is not None else "")
+    if model.module is None:
+        return Finding("vLLM", Assessment.UNKNOWN, f"{detail}: its own model class decides")
+    if plan.state is State.UNSUPPORTED and unrecognised is None:
+        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"pip install '{NATIVE_MLA_DRAFTERS}'")
+    return Finding("vLLM", Assessment.PROBLEM, detail, "none from this tool: a newer vLLM, or another target")
 
 
 def pipeline_finding(context: Context) -> Finding:
@@ -337,11 +335,13 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
     if n is None:
         return None, "needs the target's num_hidden_layers"
     model = context.model
-    if model is not None and model.family is None:
-        return None, "the target is not a model family this tool patches: its own model class chooses"
-    state = _model_state(model) if model is not None else deepseek_state(plan)
-    if state is State.NATIVE:
-        return layer_ids.upstream_default(n), "vLLM's own default (2, n // 2, n - 3)"
+    if model is None:
+        return None, "needs the target's config.json"
+    if model.declares_eagle3 or (model.family is not None and _model_state(model) is State.NATIVE):
+        return native_layers(context, model, n)
+    if model.family is None:
+        return None, "the target is not a model family this tool patches, and its class lacks EAGLE-3"
+    state = _model_state(model)
     if state is State.PATCHED and plan.options.aux_layers is not None:
         return plan.options.aux_layers, "baked in by apply --aux-layers"
     if state is State.PATCHED:
@@ -349,6 +349,21 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
     if state is State.UNPATCHED:
         return layer_ids.patched_default(n), "the patched default, once applied"
     return None, f"vLLM {context.version} is {plan.state.value}"
+
+
+def native_layers(context: Context, model: TargetModel, n: int) -> tuple[Optional[tuple[int, ...]], str]:
+    """The ids the target's own class returns by default, read from its getter (``llama.py``'s, for Mistral)."""
+    entry = context.release.registry.get(model.architecture)
+    chain = ChainReader(context.release.read).registered(*entry) if entry else None
+    interface = context.release.interface
+    getters = (interface.getter,) if interface is not None else GETTERS
+    default = native_default(chain, context.release.read, getters) if chain is not None else None
+    if default is None:
+        return None, f"{model.architecture}'s own class chooses, by a getter this tool cannot read"
+    ids = default.ids(n)
+    if ids is None:
+        return None, f"vLLM's own default, {default.text} in {default.where}, which this tool cannot evaluate"
+    return ids, f"vLLM's own default, {default.text} in {default.where}"
 
 
 def _model_state(model: TargetModel) -> State:

@@ -22,6 +22,7 @@ from ..patches.eagle_proposer import WRAPPER as MEDIA_TOKEN_WRAPPER
 from ..plan import FilePlan, Plan
 from ..registry import FAMILIES
 from .drafter_config import ModelConfig, read_config
+from .gate import GateVerdict, gate_verdict, quoted
 
 READY = (State.PATCHED, State.NATIVE)
 MODELS = "model_executor/models"
@@ -37,17 +38,18 @@ class TargetModel:
     family: Optional[Family]
     files: tuple[FilePlan, ...]
     """The plan's files on its path: the family's model file and the wrapper it is served through."""
-    model_type: str = ""
-    """The ``hf_text_config.model_type`` the gate judges."""
-    gate_admits: bool = True
+    gate: GateVerdict = GateVerdict(())
+    """The gate's answer for every ``hf_text_config.model_type`` its checkpoints name (a checkpoint's own)."""
     declares_eagle3: bool = False
     """The registered class implements EAGLE-3 itself (Llama's and every class inheriting it)."""
+    from_checkpoint: bool = False
+    """The model type is the checkpoint's own, not every type the architecture's checkpoints use."""
 
     @property
     def ready(self) -> bool:
         if self.declares_eagle3:
-            return self.gate_admits
-        return self.family is not None and self.gate_admits and all(f.state in READY for f in self.files)
+            return self.gate.admits
+        return self.family is not None and self.gate.admits and all(f.state in READY for f in self.files)
 
     @property
     def native(self) -> bool:
@@ -55,25 +57,39 @@ class TargetModel:
         model_files = [f for f in self.files if f.family is not None]
         return bool(model_files) and all(f.state is State.NATIVE for f in model_files)
 
+    @property
+    def apply_fixes(self) -> bool:
+        """Whether ``apply`` makes it an EAGLE-3 target: all it lacks is unpatched files and the gate's types."""
+        if self.ready or (self.family is None and not self.declares_eagle3):
+            return False
+        waiting = [f for f in self.files if f.state not in READY]
+        return (self.gate.admits or self.gate.apply_opens) and all(f.state is State.UNPATCHED for f in waiting)
+
+    def gate_refusal(self) -> str:
+        """Why the gate stops it, and what decides (the checkpoint's type, where the name alone cannot)."""
+        refusal = f"the speculative-config gate refuses {quoted(self.gate.refused)}"
+        admitted = tuple(t for t in self.gate.model_types if t not in self.gate.refused)
+        if admitted and not self.from_checkpoint:
+            refusal += f" but admits {quoted(admitted)}: its checkpoint's config.json decides"
+        return refusal + (" until `apply`" if self.gate.apply_opens else "")
+
     def verdict(self) -> str:
         where = f" ({self.module}.py)" if self.module else ""
         if self.module is None:
             return f"{self.architecture}: not in this vLLM's model registry"
         if self.declares_eagle3:
-            if self.gate_admits:
+            if self.gate.admits:
                 return f"{self.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
-            return (
-                f"{self.architecture}{where}: not an EAGLE-3 target yet (its class implements EAGLE-3, but the "
-                f"speculative-config gate refuses model type {self.model_type!r})"
-            )
+            why = f"its class implements EAGLE-3, but {self.gate_refusal()}"
+            return f"{self.architecture}{where}: not an EAGLE-3 target yet ({why})"
         if self.family is None:
             return f"{self.architecture}{where}: not a model family this tool patches"
         if self.ready:
             how = "native" if self.native else "patched"
             return f"{self.architecture}{where}: an EAGLE-3 target on this install ({self.family.name}, {how})"
         waiting = [f"{f.path} is {f.state.value}" for f in self.files if f.state not in READY]
-        if not self.gate_admits:
-            waiting.append(f"the speculative-config gate refuses model type {self.model_type!r}")
+        if not self.gate.admits:
+            waiting.append(self.gate_refusal())
         return f"{self.architecture}{where}: not an EAGLE-3 target yet ({', '.join(waiting)})"
 
 
@@ -85,19 +101,23 @@ def target_model(plan: Plan, model: str) -> TargetModel:
 
 def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:
     """The model the registry serves ``architecture`` with; a checkpoint's model type where the
-    release does not register its architecture (a multimodal class older releases lack)."""
+    release does not register its architecture (a multimodal class older releases lack).  Given by name,
+    it is judged by every model type its checkpoints name (``discovery.model_types``), never one guessed."""
     entry = plan.release.registry.get(architecture)
     module = entry[0] if entry else None
     family, wrapper = _family_of(module)
     if family is None:
         family = plan.discovery.architectures.get(architecture)  # found by rule in the registry
+    checkpoint_type = str(config.text.get("model_type", "")) if config else None
+
+    def gate(named: tuple[str, ...]) -> GateVerdict:
+        return gate_verdict(plan, (checkpoint_type,) if checkpoint_type is not None else named)
+
+    named = model_types(architecture, entry[0]) if entry else ()
     if family is None and entry is not None:
         chain = ChainReader(plan.release.read).registered(*entry)
         if chain is not None and chain.declares_eagle3:
-            model_type = str(config.text.get("model_type", "")) if config else model_types(architecture, entry[0])[0]
-            return TargetModel(
-                architecture, module, None, (), model_type, plan.release.gate_admits(model_type), declares_eagle3=True
-            )
+            return TargetModel(architecture, module, None, (), gate(named), True, config is not None)
     if family is None and config is not None:
         family = _family_of_type(str(config.text.get("model_type", "")))
         module = PurePosixPath(family.path).stem if family else module
@@ -111,18 +131,10 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     if family.forward_from is not None:
         paths.add(family.forward_from.path)  # its model runs that family's forward
     files = tuple(f for f in plan.files if f.path in paths)
-    model_type = str(config.text.get("model_type", "")) if config else _model_type(architecture, family, wrapper)
-    return TargetModel(architecture, module, family, files, model_type, plan.release.gate_admits(model_type))
-
-
-def _model_type(architecture: str, family: Family, wrapper: bool) -> str:
-    """The model type of an architecture given by name: its wrapper's text config's, or the family's
-    type its name spells (``DeepseekV3ForCausalLM`` -> ``deepseek_v3``), else the family's first."""
     if wrapper and family.wrapper is not None and family.wrapper.text_model_type:
-        return family.wrapper.text_model_type
-    name = architecture.lower()
-    spelled = [t for t in family.model_types if name.startswith(t.replace("_", ""))]
-    return max(spelled, key=len) if spelled else (family.model_types or ("",))[0]
+        named = (family.wrapper.text_model_type,)  # the runner's text config is its language model's
+    types = named or family.model_types
+    return TargetModel(architecture, module, family, files, gate(types), False, config is not None)
 
 
 def _architecture(model: str, config: Optional[ModelConfig]) -> str:

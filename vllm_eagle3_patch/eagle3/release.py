@@ -157,13 +157,7 @@ class Release:
 
     def gate_admits(self, model_type: str) -> bool:
         """Whether this release's EAGLE-3 gate lets ``hf_text_config.model_type`` through as it stands."""
-        source = self.read(self.gate_file) if self.gate_file else None
-        if not source or not any(sign in source for sign in GATE_SIGNS):
-            return True  # no whitelist: supports_eagle3 alone decides
-        listed = whitelisted(source)
-        if listed is None:  # 0.8.5-0.10.0: "llama" not in <model_type>, or this tool's widened test
-            return "llama" in model_type or f'"{model_type}"' in source
-        return any(entry in model_type for entry in listed)
+        return gate_admits(self.read(self.gate_file) if self.gate_file else None, model_type)
 
     @cached_property
     def registry(self) -> dict[str, tuple[str, str]]:
@@ -220,6 +214,24 @@ def registry_entries(source: str, only: Optional[str] = None) -> dict[str, tuple
 
 def _assigns(node: ast.Assign, name: str) -> bool:
     return any(isinstance(target, ast.Name) and target.id == name for target in node.targets)
+
+
+def gate_admits(source: Optional[str], model_type: str) -> bool:
+    """Whether the gate file ``source`` lets ``hf_text_config.model_type`` through, as vLLM tests it: an entry
+    of its whitelist as a substring of the model type (0.8.5-0.10.0: ``"llama"``, or this tool's widened tuple)."""
+    if not source or not any(sign in source for sign in GATE_SIGNS):
+        return True  # no whitelist: supports_eagle3 alone decides
+    return any(entry in model_type for entry in admitted_entries(source))
+
+
+def admitted_entries(source: str) -> tuple[str, ...]:
+    """The entries the gate ``source`` matches a model type against: its whitelist's, or (0.8.5-0.10.0) ``"llama"``
+    and those of this tool's ``for supported in ("llama", ...)``."""
+    listed = whitelisted(source)
+    if listed is not None:
+        return tuple(listed)
+    opened = re.search(r"for supported in \(([^)]*)\)", source)
+    return tuple(re.findall(r'"([^"]+)"', opened.group(1))) if opened else ("llama",)
 
 
 def whitelisted(source: str) -> Optional[list[str]]:

@@ -375,7 +375,8 @@ def test_verify_fails_unpatched_and_passes_patched_through_python(serving_venv):
     assert report["imported"] is True and report["verified"] is False
     failed = {c["name"] for c in report["checks"] if not c["ok"]}
     for causal_lm, model in FAMILY_CLASSES:
-        assert {f"{causal_lm} supports EAGLE-3", f"{model}.forward hands the drafter the stream as it was"} <= failed, failed
+        states = f"{model}.forward hands the drafter the stream as it was"
+        assert {f"{causal_lm} supports EAGLE-3", states} <= failed, failed
     assert "Gemma3ForConditionalGeneration supports EAGLE-3 and delegates" in failed
 
     assert run_cli("--python", python, "apply", "-q").returncode == 0

@@ -21,6 +21,8 @@ from vllm_eagle3_patch.eagle3 import layer_ids
 from vllm_eagle3_patch.eagle3.release import DRAFTER_IDS_FIELD
 from vllm_eagle3_patch.errors import ToolError
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 SPECFORGE_DEEPSEEK_V3 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {DRAFTER_IDS_FIELD: [1, 29, 57]}}
 SPECFORGE_KIMI_K2 = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {DRAFTER_IDS_FIELD: [2, 30, 58]}}
 TOP_LEVEL = {"architectures": ["LlamaForCausalLMEagle3"], DRAFTER_IDS_FIELD: [3, 31, 59]}

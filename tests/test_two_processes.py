@@ -10,6 +10,8 @@ from vllm_eagle3_patch.codemod.target import State, Verdict
 from vllm_eagle3_patch.codemod.two_processes import FEW, judge_all
 from vllm_eagle3_patch.errors import ToolError
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 
 def job(index: int):
     return lambda: Verdict(State.UNSUPPORTED, f"file {index} judged by {os.getpid()}")

@@ -7,6 +7,8 @@ import pytest
 
 from vllm_eagle3_patch.codemod.cst_tools import MARK, add_import, find, replace_node, walk
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 PACKAGE = "vllm.model_executor.models"
 INTERFACES = f"{PACKAGE}.interfaces"
 

@@ -17,6 +17,8 @@ from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarge
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 TOY = Family(
     "Toy",
     "model_executor/models/toy.py",

@@ -23,6 +23,8 @@ from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 N = 6
 IMPORT = "from vllm.model_executor.models.interfaces import SupportsEagle3"
 PAIR_CALL = "hidden_states, residual = layer(positions, hidden_states, residual)"

@@ -38,6 +38,8 @@ KIMI = (
     "                self.model.config.image_token_index = target.config.media_placeholder_token_id\n"
 )
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 PROPOSER = f"""\
 class SketchProposer:
 

@@ -13,6 +13,8 @@ from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGate, SpeculativeGateTarget
 from vllm_eagle3_patch.registry import gated_model_types
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 TARGET = SpeculativeGateTarget(gated_model_types())
 
 WHITELIST = """\

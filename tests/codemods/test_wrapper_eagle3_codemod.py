@@ -16,6 +16,8 @@ from vllm_eagle3_patch.codemod.target import Options, Policy, State
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperEagle3, WrapperTarget
 from vllm_eagle3_patch.registry import DEEPSEEK_V2, GEMMA3
 
+pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
+
 BARE_SOURCE = WRAPPER_SOURCE.replace("init_vllm_registered_model(vllm_config)", "ToyModel(vllm_config)")
 """Kimi-K2.5 on 0.15.x: the wrapper builds the family's bare decoder as its language model."""
 

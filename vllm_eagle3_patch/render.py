@@ -24,6 +24,7 @@ _STATE_STYLE = {
     State.UNPATCHED: "yellow",
     State.MODIFIED: "red",
     State.UNSUPPORTED: "red",
+    State.INTERRUPTED: "red",
 }
 NO_NEWLINE = "\\ No newline at end of file\n"
 

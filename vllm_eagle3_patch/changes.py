@@ -52,7 +52,7 @@ def apply(
     ``options`` None keeps the last apply's choices; ``accept_modified`` takes files that differ
     from vLLM's RECORD for their originals.
     """
-    _refuse_unless_writable(install, options, only)
+    _refuse_unless_writable(install, options)
     plan = make_plan(install, options, accept_modified=accept_modified, only=only)
     _refuse_unless_applicable(plan)
     finished = ""
@@ -74,18 +74,28 @@ def apply(
     return Outcome(message, options=plan.options)
 
 
-def _refuse_unless_writable(install: VllmInstall, options: Optional[Options], only: Optional[tuple[str, ...]]) -> None:
+def _refuse_unless_writable(install: VllmInstall, options: Optional[Options]) -> None:
     """A user who may not write vLLM hears it at once, not after the patched texts are written out
-    (seconds): unless the quick look ``status`` takes finds nothing to do."""
+    (seconds): unless every file the manifest names is as apply left it, and no new ids are asked
+    for, so there may be nothing to write (the plan then says so)."""
     denied = unwritable(install.package_dir)
-    if denied is None:
+    if denied is None or (options is None and _as_applied(StateDir(install.package_dir))):
         return
-    if options is None and not StateDir(install.package_dir).journal_path.exists():
-        if make_plan(install, states_only=True, only=only).state in (State.PATCHED, State.NATIVE):
-            return  # nothing to write: apply says so
     raise ToolError(
         f"{denied}: this user may not write here (Permission denied), and apply writes the patched files and "
         f"{STATE_DIR}/ in it; run apply as the user who installed vLLM (root in a Docker build). Nothing was changed"
+    )
+
+
+def _as_applied(state_dir: StateDir) -> bool:
+    """Whether a finished apply's manifest names every file with the bytes it wrote (hashes only)."""
+    manifest = state_dir.load_for_reading()[0]
+    if manifest is None or not manifest.files or state_dir.journal_path.exists():
+        return False
+    return all(
+        (state_dir.package_dir / path).is_file()
+        and sha256((state_dir.package_dir / path).read_bytes()) == r.sha256_after
+        for path, r in manifest.files.items()
     )
 
 

@@ -33,9 +33,14 @@ def error(message: str, code: int, as_json: bool) -> int:
 
 
 def error_object(message: str, code: int) -> int:
-    """``{"error", "exit_code"}`` on stdout: what ``--json`` prints instead of the command's object."""
-    emit_json({"error": message, "exit_code": code})
-    return finish(code)
+    """``{"error", "exit_code"}`` on stdout: what ``--json`` prints instead of the command's object.
+    The error's status stands even where no one reads the object: stderr said it."""
+    try:
+        emit_json({"error": message, "exit_code": code})
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_went_away()
+    return code
 
 
 def finish(status: int) -> int:

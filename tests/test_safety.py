@@ -324,6 +324,7 @@ def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_i
         report = state(package_dir)
         assert report["state"] == "interrupted", report["reason"]
         assert report["reason"].startswith(f"{command} was interrupted"), report["reason"]
+        assert report["interrupted"]["command"] == command and report["interrupted"]["running"] is False
         assert cli(package_dir, "status", "--check", "-q").returncode == 1
         return report
 

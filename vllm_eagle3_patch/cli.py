@@ -2,7 +2,8 @@
 
 Exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr naming the
 file and the reason); 2 usage error; 3 ``verify`` could run only its static checks (torch or
-vLLM cannot be imported there) and ``--static`` did not say that is enough.
+vLLM cannot be imported there) and ``--static`` did not say that is enough; 141 the reader of
+stdout went away.  Under ``--json`` an error is one JSON object too (``output.py``).
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 EXIT_CODES = (
     "exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr); 2 usage error; "
-    f"{STATIC_ONLY} verify ran only static checks (torch or vLLM not importable there; --static accepts that)"
+    f"{STATIC_ONLY} verify ran only static checks (torch or vLLM not importable there; --static accepts that); "
+    f"{output.READER_WENT_AWAY} the reader of stdout went away (diff | head)"
 )
 
 

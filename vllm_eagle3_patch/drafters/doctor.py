@@ -154,6 +154,8 @@ def release_finding(context: Context) -> Finding:
         verdict = Assessment.PROBLEM
         detail = f"{where}: a DeepSeek-family target is refused (speculative gate, or no SupportsEagle3)"
         return Finding("vLLM", verdict, detail, f"{command} apply")
+    if plan.state is State.INTERRUPTED:  # a killed apply (or revert): apply finishes it
+        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} apply")
     if plan.state is State.MODIFIED:
         return Finding(
             "vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply"

@@ -100,7 +100,8 @@ def test_revert_refuses_a_file_edited_after_apply_and_force_restores(release):
     assert tree_digest(package_dir.parent) == edited_tree
     assert cli(package_dir, "apply").returncode == 1
 
-    assert cli(package_dir, "revert", "--force").returncode == 0
+    forced = cli(package_dir, "revert", "--force")  # the hand edit is gone: revert names the file
+    assert forced.returncode == 0 and f"the changes made since apply to {DEEPSEEK} are gone" in forced.stdout
     assert record_mismatches(package_dir) == []
 
 
@@ -474,8 +475,9 @@ def test_every_command_speaks_json(release):
         completed = cli(package_dir, *args)
         assert completed.returncode == 0, (args, completed.stderr)
         assert set(json.loads(completed.stdout)) == keys, args
-    refused = cli(release("0.8.4"), "apply", "--json")
-    assert refused.returncode == 1 and refused.stdout == "" and refused.stderr.startswith("vllm-eagle3-patch: error: ")
+    refused = cli(release("0.8.4"), "apply", "--json")  # an error is one object too, the message on stderr
+    assert refused.returncode == 1 and refused.stderr.startswith("vllm-eagle3-patch: error: ")
+    assert json.loads(refused.stdout) == {"error": refused.stderr.split("error: ", 1)[1].strip(), "exit_code": 1}
 
 
 def test_colour_on_a_terminal_and_never_with_no_color(release):
@@ -501,29 +503,62 @@ def test_colour_on_a_terminal_and_never_with_no_color(release):
     assert "\x1b[" not in on_terminal("diff", NO_COLOR="1")
 
 
-def test_a_reader_that_goes_away_is_not_an_error(release):
-    """``diff | head``: a closed pipe ends the command quietly with the status git and the coreutils
-    get from SIGPIPE (141), never ``error: Broken pipe``; tried again and again, as it is a race."""
+def reader_leaving(command: list[str], after: int, pipe_size: int = 0) -> subprocess.CompletedProcess:
+    """``command | head -c AFTER`` (``after`` 0: ``head -1``) on a real pipe, the reader gone before the
+    writer is done: ``pipe_size`` (bytes) shrinks the pipe, so output larger than it and ``after``
+    must meet a closed pipe, whenever the reader leaves."""
+    reader, writer = os.pipe()
+    if pipe_size:
+        import fcntl
+
+        fcntl.fcntl(writer, 1031, pipe_size)  # F_SETPIPE_SZ
+    process = subprocess.Popen(command, stdout=writer, stderr=subprocess.PIPE, text=True)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        taken = b""
+        while (b"\n" not in taken) if after == 0 else (len(taken) < after):
+            chunk = pipe.read1(100 if after == 0 else after - len(taken))
+            if not chunk:
+                break
+            taken += chunk
+    stderr = process.communicate()[1]
+    assert taken, "the command printed nothing"
+    return subprocess.CompletedProcess(command, process.returncode, taken, stderr)
+
+
+@pytest.mark.parametrize("after", [0, 100, 200_000])  # head -1, head -c 100, head -c 200K
+def test_a_reader_that_goes_away_ends_diff_with_141(release, after):
+    """Issue 29.6: ``diff | head -1`` exited 0 (Python's stdout drops what a closed pipe did not take,
+    and says nothing); as for git or cat, a reader that leaves before the end is exit 141, quietly."""
+    command = [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(release("0.17.1")), "diff"]
+    completed = reader_leaving(command, after)  # the diff is 300 KB: more than 200 KB and a 64 KB pipe
+    assert (completed.returncode, completed.stderr) == (141, ""), completed
+
+
+def test_every_command_ends_with_141_when_its_reader_is_gone(release, tmp_path):
+    """The same rule for every command: no reader at all, or one that leaves after a line."""
     package_dir = release("0.17.1")
-    command = [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), "diff"]
-    for _ in range(5):  # no reader at all: the first write fails, every time
+    tool = [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir)]
+    completed = reader_leaving([*tool, "status"], after=0, pipe_size=4096)  # status prints 7 KB
+    assert (completed.returncode, completed.stderr) == (141, ""), completed
+    drafter = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168, "num_hidden_layers": 1}
+    (tmp_path / "config.json").write_text(json.dumps(drafter))
+    commands = (["status", "--json"], ["revert"], ["verify", "--static"], ["doctor", "--drafter", str(tmp_path)])
+    for args in commands:
         reader, writer = os.pipe()
         os.close(reader)
-        completed = subprocess.run(command, stdout=writer, stderr=subprocess.PIPE, text=True)
+        completed = subprocess.run([*tool, *args], stdout=writer, stderr=subprocess.PIPE, text=True)
         os.close(writer)
-        assert (completed.returncode, completed.stderr) == (141, "")
-    shell = f"set -o pipefail; {' '.join(command)} | head -c 100 >/dev/null; echo $?"
-    for _ in range(8):  # a reader that leaves part-way, whenever it happens to
-        completed = subprocess.run(["bash", "-c", shell], capture_output=True, text=True)
-        assert completed.stderr == "" and completed.stdout.strip() in ("0", "141"), completed
+        assert completed.returncode == 141, (args, completed.stderr)
 
 
 def test_the_readme_install_line_works_in_a_fresh_environment(tmp_path):
-    """The README's install line, as written, in a new virtual environment beside a checkout."""
+    """The README's install line, as written, in a new virtual environment, run in a checkout (whose
+    folder is rarely named after the repository)."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     assert "pip install vllm-eagle3-patch" not in readme  # not on PyPI: no line may promise it
     (line,) = [line for line in readme.splitlines() if line.startswith("pip install ")]
-    checkout = tmp_path / "vllm-eagle3-patch"
+    checkout = tmp_path / "checkout"
     ignored = shutil.ignore_patterns(
         ".git", ".venv", "__pycache__", "*.egg-info", "build", ".pytest_cache", ".hypothesis"
     )
@@ -532,7 +567,7 @@ def test_the_readme_install_line_works_in_a_fresh_environment(tmp_path):
     venv.create(home, with_pip=True)
     command = line.split("#", 1)[0].split()
     installed = subprocess.run(
-        [home / "bin" / "python", "-m", *command, "--quiet"], cwd=tmp_path, capture_output=True, text=True
+        [home / "bin" / "python", "-m", *command, "--quiet"], cwd=checkout, capture_output=True, text=True
     )
     assert installed.returncode == 0, installed.stderr[-2000:]
     version = subprocess.run([home / "bin" / "vllm-eagle3-patch", "--version"], capture_output=True, text=True)

@@ -297,3 +297,63 @@ def test_a_file_that_is_not_utf8_is_refused_with_nothing_written(release):
     completed = cli(package_dir, "apply")
     assert completed.returncode == 1 and DEEPSEEK in completed.stderr
     assert tree_digest(package_dir) == untouched
+
+
+def leftovers(package_dir: Path) -> list[str]:
+    """Every temporary file in the tree, this tool's name pattern or any other ``.*.tmp``."""
+    return sorted(str(path.relative_to(package_dir)) for path in package_dir.rglob(".*.tmp"))
+
+
+def temporary_beside(directory: Path):
+    """True while a write into ``directory`` is between its temporary file and the rename."""
+    return lambda: any(entry.name.endswith(".tmp") for entry in os.scandir(directory))
+
+
+def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_it(release):
+    """Issue 29.5: every target file or none, as the README promises.  A kill between two files of
+    a real ``apply`` or ``revert`` is ``interrupted`` in status (``--check`` fails); the next ``apply``
+    finishes or redoes it, the next ``revert`` finishes or undoes it; no temporary file is left."""
+    package_dir = release("0.17.1")
+    models = package_dir / "model_executor" / "models"
+    state_dir = package_dir / ".vllm-eagle3-patch"
+    journal = state_dir / "journal.json"
+    deepseek = package_dir / DEEPSEEK
+    original = sha256_of(deepseek)
+
+    def interrupted(command: str) -> dict:
+        report = state(package_dir)
+        assert report["state"] == "interrupted", report["reason"]
+        assert report["reason"].startswith(f"{command} was interrupted"), report["reason"]
+        assert report["interrupted"]["command"] == command and report["interrupted"]["running"] is False
+        assert cli(package_dir, "status", "--check", "-q").returncode == 1
+        return report
+
+    # apply killed while a file's temporary copy sits beside vLLM's own; revert undoes it
+    process = spawn(package_dir, "apply")
+    kill_when(process, temporary_beside(models))
+    (left,) = leftovers(package_dir)
+    assert left.startswith("model_executor/models/.") and left.endswith(".py.vllm-eagle3-patch.tmp")
+    assert str(package_dir / left) in interrupted("apply")["reason"]  # named, with who removes it
+    undone = cli(package_dir, "revert")
+    assert undone.returncode == 0 and "undid the interrupted apply" in undone.stdout, undone
+    assert record_mismatches(package_dir) == [] and leftovers(package_dir) == [] and not state_dir.exists()
+
+    # apply killed after its first file; apply finishes it
+    process = spawn(package_dir, "apply")
+    kill_when(process, lambda: journal.exists() and sha256_of(deepseek) != original)
+    report = interrupted("apply")
+    assert {t["state"] for t in report["targets"]} >= {"patched", "unpatched"}  # each row is what its file is
+    finished = cli(package_dir, "apply")
+    assert finished.returncode == 0 and "finished the interrupted apply" in finished.stdout, finished
+    assert state(package_dir)["state"] == "patched" and not journal.exists() and leftovers(package_dir) == []
+
+    # revert killed after its first file; apply patches again, then a killed revert is finished by revert
+    for command, then in (("revert", "apply"), ("revert", "revert")):
+        process = spawn(package_dir, command)
+        kill_when(process, lambda: journal.exists() and sha256_of(deepseek) == original)
+        interrupted("revert")
+        completed = cli(package_dir, then)
+        assert completed.returncode == 0, completed
+        verb = "finished" if then == "revert" else "undid"
+        assert f"{verb} the interrupted revert" in completed.stdout, completed.stdout
+    assert record_mismatches(package_dir) == [] and leftovers(package_dir) == [] and not state_dir.exists()

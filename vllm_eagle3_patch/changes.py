@@ -1,31 +1,31 @@
 """Carry out a plan (``apply``) or undo it (``revert``): all files or none.
 
-Order of operations, so that no moment leaves vLLM half-patched beyond repair:
-backups first, then the manifest naming both hashes of every file, then each file
-replaced atomically.  A failure rolls back the files already written.
+Order of operations, so that no moment leaves vLLM half-patched beyond repair or unseen:
+the journal first (``install/journal.py``: a kill from here on is named by ``status``), then the
+backups, the manifest naming both hashes of every file, each file replaced atomically, and the
+journal removed last.  A failure rolls back the files already written; the next run after a kill
+finishes or undoes it.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from . import __version__
 from .codemod.target import Options, State
 from .errors import ToolError
 from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
+from .install.journal import Journal
 from .install.locate import VllmInstall
-from .install.manifest import FileRecord, Manifest, StateDir, sha256
+from .install.lock import locked
+from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
-
-LOCK_WAIT_SECONDS = 10.0
+from .registry import DEEPSEEK_V2, PROPOSER, gate_target
 
 
 @dataclass(frozen=True)
@@ -41,30 +41,6 @@ class Outcome:
     """``apply``: the layer ids the patched files hand the drafter, and where they came from."""
 
 
-@contextmanager
-def locked(state_dir: StateDir) -> Iterator[None]:
-    """One ``apply``/``revert`` at a time per vLLM package; a second waits briefly, then refuses.
-
-    ``revert`` deletes the state directory, lock file included, while holding the lock; a
-    waiter that then gets the lock of a deleted file starts over with the new one.
-    """
-    lock_path = state_dir.path / "lock"
-    deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while True:
-        state_dir.make()
-        with open(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ToolError(f"{lock_path}: another vllm-eagle3-patch is working on this vLLM") from None
-                time.sleep(0.1)
-                continue
-            if lock_path.exists() and os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino:
-                yield
-                return
-
-
 def apply(
     install: VllmInstall,
     options: Optional[Options],
@@ -76,18 +52,62 @@ def apply(
     ``options`` None keeps the last apply's choices; ``accept_modified`` takes files that differ
     from vLLM's RECORD for their originals.
     """
+    _refuse_unless_writable(install, options)
     plan = make_plan(install, options, accept_modified=accept_modified, only=only)
     _refuse_unless_applicable(plan)
-    if plan.changes:
-        with locked(StateDir(install.package_dir)):
+    finished = ""
+    if plan.changes or plan.interruption:
+        state_dir = StateDir(install.package_dir)
+        with locked(state_dir):
+            state_dir.sweep(f.path for f in plan.files)
             if not plan.is_current():  # another run changed something while we waited
                 plan = make_plan(install, options, accept_modified=accept_modified, only=only)
             _refuse_unless_applicable(plan)
             if plan.changes:
                 return _write_patches(plan)
-    if plan.state is State.NATIVE:
-        return Outcome(f"vLLM {install.version} supports EAGLE-3 natively; nothing to do{_left_alone(plan)}")
-    return Outcome(f"vLLM {install.version} is already patched; nothing to do{_left_alone(plan)}", options=plan.options)
+            if plan.interruption:  # every file already holds what the killed run meant to write
+                state_dir.clear_journal()
+                finished = _after(_journal(plan), "apply")
+    if plan.files_state is State.NATIVE:
+        return Outcome(f"vLLM {install.version} supports EAGLE-3 natively; nothing to do{finished}{_left_alone(plan)}")
+    message = f"vLLM {install.version} is already patched; nothing to do{finished}{_left_alone(plan)}"
+    return Outcome(message, options=plan.options)
+
+
+def _refuse_unless_writable(install: VllmInstall, options: Optional[Options]) -> None:
+    """A user who may not write vLLM hears it at once, not after the patched texts are written out
+    (seconds): unless every file the manifest names is as apply left it, and no new ids are asked
+    for, so there may be nothing to write (the plan then says so)."""
+    denied = unwritable(install.package_dir)
+    if denied is None or (options is None and _as_applied(StateDir(install.package_dir))):
+        return
+    raise ToolError(
+        f"{denied}: this user may not write here (Permission denied), and apply writes the patched files and "
+        f"{STATE_DIR}/ in it; run apply as the user who installed vLLM (root in a Docker build). Nothing was changed"
+    )
+
+
+def _as_applied(state_dir: StateDir) -> bool:
+    """Whether a finished apply's manifest names every file with the bytes it wrote (hashes only)."""
+    manifest = state_dir.load_for_reading()[0]
+    if manifest is None or not manifest.files or state_dir.journal_path.exists():
+        return False
+    return all(
+        (state_dir.package_dir / path).is_file()
+        and sha256((state_dir.package_dir / path).read_bytes()) == r.sha256_after
+        for path, r in manifest.files.items()
+    )
+
+
+def _after(journal: Optional[Journal], command: str) -> str:
+    """What ``command`` did to the run a kill interrupted (its journal): finished or undid it."""
+    if journal is None:
+        return ""
+    return f"; {'finished' if journal.command == command else 'undid'} the interrupted {journal.command}"
+
+
+def _journal(plan: Plan) -> Optional[Journal]:
+    return plan.interruption.journal if plan.interruption else None
 
 
 def _left_alone(plan: Plan) -> str:
@@ -97,16 +117,17 @@ def _left_alone(plan: Plan) -> str:
 
 
 def _refuse_unless_applicable(plan: Plan) -> None:
-    if plan.state is State.UNSUPPORTED:
+    if plan.files_state is State.UNSUPPORTED:
         raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
-    if plan.state is State.MODIFIED:
+    if plan.files_state is State.MODIFIED:
         found = next(f for f in plan.files if f.state is State.MODIFIED)
         raise ToolError(f"{plan.install.package_dir / found.path}: {found.refusal}. Nothing was changed")
 
 
 def _write_patches(plan: Plan) -> Outcome:
-    """Backups, then the manifest (both hashes of every file it names), then the files."""
+    """The journal, backups, the manifest (both hashes of every file it names), the files, then no journal."""
     state_dir = StateDir(plan.install.package_dir)
+    state_dir.save_journal(Journal("apply", {c.path: sha256(c.desired) for c in plan.changes}))  # type: ignore[arg-type]
     previous = plan.manifest
     records: dict[str, FileRecord] = {}
     backups: list[tuple[str, bytes]] = []  # (path, original) to save
@@ -138,13 +159,15 @@ def _write_patches(plan: Plan) -> Outcome:
     _replace_all(
         plan.install.package_dir,
         [(c.path, c.desired, c.current) for c in changes],  # type: ignore[misc]
-        on_failure=lambda: _restore_manifest(state_dir, previous),
+        on_failure=lambda: _restore_manifest(state_dir, previous),  # the journal with it
     )
     for stale in set(previous.files if previous else ()) - set(records):
         state_dir.backup_path(stale).unlink(missing_ok=True)
+    state_dir.clear_journal()
     names = tuple(c.path for c in changes)
     kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
-    message = f"patched {len(names)} file(s) of vLLM {plan.install.version}{_left_alone(plan)}"
+    after = _after(_journal(plan), "apply")
+    message = f"patched {len(names)} file(s) of vLLM {plan.install.version}{after}{_left_alone(plan)}"
     return Outcome(message, names, kept, plan.options)
 
 
@@ -185,27 +208,40 @@ def _backup_holds(state_dir: StateDir, manifest: Optional[Manifest], path: str, 
     return known is not None and known.sha256_before == record.sha256_before and state_dir.backup_path(path).exists()
 
 
+NOTHING_TO_REVERT = "nothing to revert: no vllm-eagle3-patch manifest in this vLLM"
+
+
 def revert(install: VllmInstall, force: bool = False) -> Outcome:
-    """Put back the original bytes of every file the manifest names, then remove the state."""
+    """Put back the original bytes of every file the manifest names, then remove the state.
+
+    ``force`` restores even over files changed since apply, and names each: those changes are gone."""
     state_dir = StateDir(install.package_dir)
-    if state_dir.load() is None:
-        return Outcome("nothing to revert: no vllm-eagle3-patch manifest in this vLLM")
+    if not state_dir.path.exists():
+        return Outcome(NOTHING_TO_REVERT)
     with locked(state_dir):
-        manifest = state_dir.load()  # again under the lock
-        if manifest is None:  # another revert finished first; waiting re-created the directory
+        manifest, journal = state_dir.load(), state_dir.load_journal()  # again under the lock
+        if manifest is None:  # what a killed run left before its manifest, or another revert finished first
             shutil.rmtree(state_dir.path, ignore_errors=True)
-            return Outcome("nothing to revert: no vllm-eagle3-patch manifest in this vLLM")
-        restores = []
+            return Outcome(
+                NOTHING_TO_REVERT + (f"; removed what an interrupted {journal.command} left" if journal else "")
+            )
+        state_dir.sweep(manifest.files)
+        restores, overwritten = [], []
         for path, record in manifest.files.items():
             target = install.package_dir / path
             current = target.read_bytes() if target.exists() else b""
             digest = sha256(current)
             if digest == record.sha256_before:
                 continue
-            if digest != record.sha256_after and not force:
-                raise ToolError(f"{target}: changed since apply; not reverting (use --force to restore the original)")
+            if digest != record.sha256_after:
+                if not force:
+                    raise ToolError(
+                        f"{target}: changed since apply; not reverting (use --force to restore the original)"
+                    )
+                overwritten.append(path)
             restores.append((path, state_dir.read_backup(path, record), current))
-        _replace_all(install.package_dir, restores, on_failure=lambda: None)
+        state_dir.save_journal(Journal("revert", {path: sha256(original) for path, original, _ in restores}))
+        _replace_all(install.package_dir, restores, on_failure=state_dir.clear_journal)
         for path, _, _ in restores:
             restore_bytecode(install.package_dir / path, state_dir.saved_bytecode(path))
         state_dir.manifest_path.unlink()  # first: backups without a manifest are harmless leftovers
@@ -213,7 +249,10 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
     names = tuple(path for path, _, _ in restores)
     restored = {path: _compare(install, path, r.sha256_before, r) for path, r in manifest.files.items()}
     message = f"restored {len(names)} original file(s) of vLLM {install.version}{_restored_note(install, restored)}"
-    return Outcome(message, names, {path: c.check.value for path, c in restored.items()})
+    if overwritten:
+        message += f"; the changes made since apply to {', '.join(overwritten)} are gone (--force)"
+    finished = _after(journal, "revert")
+    return Outcome(message + finished, names, {path: c.check.value for path, c in restored.items()})
 
 
 def _restored_note(install: VllmInstall, restored: dict[str, Comparison]) -> str:
@@ -247,10 +286,23 @@ def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_f
 
 
 def _restore_manifest(state_dir: StateDir, previous: Optional[Manifest]) -> None:
+    """After a rollback: the state as it was before the run, and no journal (nothing is half-done)."""
     if previous is None:
         shutil.rmtree(state_dir.path, ignore_errors=True)
     else:
         state_dir.save(previous)
+        state_dir.clear_journal()
+
+
+def unwritable(package_dir: Path) -> Optional[Path]:
+    """The first place apply writes that this user may not (None: it may write them all): the state
+    directory (or the package, which will hold it) and the directories of the targets."""
+    state_dir = package_dir / STATE_DIR
+    places = [state_dir, state_dir / "lock"] if state_dir.is_dir() else [package_dir]
+    places += [
+        (package_dir / path).parent for path in (DEEPSEEK_V2.path, PROPOSER.default_path, gate_target().default_path)
+    ]
+    return next((place for place in places if place.exists() and not os.access(place, os.W_OK)), None)
 
 
 def _first(plan: Plan, state: State) -> str:

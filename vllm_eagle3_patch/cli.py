@@ -2,20 +2,18 @@
 
 Exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr naming the
 file and the reason); 2 usage error; 3 ``verify`` could run only its static checks (torch or
-vLLM cannot be imported there) and ``--static`` did not say that is enough.
+vLLM cannot be imported there) and ``--static`` did not say that is enough; 141 the reader of
+stdout went away.  Under ``--json`` an error is one JSON object too (``output.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
-from . import PROG, __version__, changes, render
+from . import PROG, __version__, changes, output, render
 from .codemod.target import Options, State
 from .drafters import doctor, drafter_config
 from .drafters.architectures import architecture_verdicts
@@ -34,38 +32,64 @@ AUX_STATES = 3
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in words  # known before parsing: a usage error answers in JSON too
     try:
-        status = args.run(args)
-        sys.stdout.flush()  # here, so a reader that went away is caught below, not at exit
-        return status
+        args = build_parser().parse_args(joined_values(words))
+        return output.finish(args.run(args))
+    except UsageError as usage:  # argparse's lines are on stderr already
+        return output.error_object(str(usage), USAGE) if as_json else USAGE
     except BrokenPipeError:
-        return reader_went_away()
+        return output.reader_went_away()
     except ToolError as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
-        return 1
+        return output.error(str(error), 1, as_json)
     except OSError as error:
-        print(f"{PROG}: error: {error.filename or ''}: {error.strerror or error}", file=sys.stderr)
-        return 1
+        return output.error(f"{error.filename or ''}: {error.strerror or error}", 1, as_json)
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 1
+        return output.error("interrupted", 1, as_json)
 
 
-def reader_went_away() -> int:
-    """``diff | head``: the reader closed the pipe.  Not an error: exit quietly, as git and the
-    coreutils do when SIGPIPE ends them, with the status the shell reports for them (128 + 13).
-    Nothing is printed; stdout goes to /dev/null so the interpreter's last flush cannot fail."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-    return 128 + signal.SIGPIPE
+USAGE = 2
+"""The exit status of a usage error, as argparse's."""
+
+
+class UsageError(Exception):
+    """A bad command line, already said on stderr as argparse says it."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors reach :func:`main` (which answers in JSON under ``--json``)
+    instead of exiting from inside the parse."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        command = self.prog.removeprefix(PROG).strip()
+        raise UsageError(f"{command}: {message}" if command else message)
+
+
+VALUE_OPTIONS = ("--aux-layers",)
+"""Options whose value may start with ``-`` (``--aux-layers -1,2,3``)."""
+
+
+def joined_values(words: list[str]) -> list[str]:
+    """``--aux-layers -1,2,3`` as ``--aux-layers=-1,2,3``: argparse takes a word that starts with ``-``
+    for an option and says only "expected one argument"; joined, the value reaches its own check,
+    which says what is wrong with it."""
+    joined: list[str] = []
+    for word in words:
+        if joined and joined[-1] in VALUE_OPTIONS and word[:1] == "-" and word[1:2].isdigit():
+            joined[-1] = f"{joined[-1]}={word}"
+        else:
+            joined.append(word)
+    return joined
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=description(), epilog=EXIT_CODES)
+    parser = Parser(prog=PROG, description=description(), epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_install_options(parser, default=None)
+    add_output_options(parser, default=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     status = commands.add_parser("status", help="show the vLLM found and the state of every target file")
@@ -79,8 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--model",
         metavar="ARCH|DIR",
-        help="with --check: judge only this model (an architecture name, or a checkpoint whose config.json names "
-        "it): exit 0 when it is an EAGLE-3 target on this install, whatever else is unpatched",
+        help="say whether this model (an architecture name, or a checkpoint whose config.json names it) is an "
+        "EAGLE-3 target on this install; with --check, exit 0 when it is, whatever else is unpatched",
     )
     status.set_defaults(run=run_status)
 
@@ -173,16 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command in (status, diff, apply, revert, check, diagnose):
         add_install_options(command, default=argparse.SUPPRESS)  # also after the subcommand, as users type them
-        command.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-        command.add_argument(
-            "-q", "--quiet", action="store_true", help="print nothing but errors; rely on the exit code"
-        )
+        add_output_options(command, default=argparse.SUPPRESS)
     return parser
 
 
 EXIT_CODES = (
     "exit codes: 0 done or nothing to do; 1 refused or failed (one line on stderr); 2 usage error; "
-    f"{STATIC_ONLY} verify ran only static checks (torch or vLLM not importable there; --static accepts that)"
+    f"{STATIC_ONLY} verify ran only static checks (torch or vLLM not importable there; --static accepts that); "
+    f"{output.READER_WENT_AWAY} the reader of stdout went away (diff | head)"
 )
 
 
@@ -206,6 +228,14 @@ def add_install_options(parser: argparse.ArgumentParser, default: Any) -> None:
         metavar="PATH",
         default=default,
         help="patch the vLLM of this interpreter, or of this virtual environment's directory",
+    )
+
+
+def add_output_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    """How to answer: before the subcommand, or (``default=SUPPRESS``, not overriding) after it."""
+    parser.add_argument("--json", action="store_true", default=default, help="print one JSON object on stdout")
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", default=default, help="print nothing but errors; rely on the exit code"
     )
 
 
@@ -241,25 +271,25 @@ def run_status(args: argparse.Namespace) -> int:
         extra = {"model": render.model_data(model)} if model else {}
         if architectures is not None:
             extra["architectures"] = [vars(verdict) for verdict in architectures]
-        emit_json({**render.status_data(plan), **extra})
+        output.emit_json({**render.status_data(plan), **extra})
     elif not args.quiet:
         render.print_status(plan)
         if architectures is not None:
             render.print_architectures(architectures)
         if model is not None:
             print(f"model: {model.verdict()}")
+    if not args.check:
+        return 0
     if model is not None:
         return 0 if model.ready else 1
-    if args.check:
-        return 0 if plan.state in (State.PATCHED, State.NATIVE) else 1
-    return 0
+    return 0 if plan.state in (State.PATCHED, State.NATIVE) else 1
 
 
 def run_diff(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), only=only(args))
     diff = render.unified_diff(plan)
     if args.json:
-        emit_json({**render.status_data(plan), "diff": diff})
+        output.emit_json({**render.status_data(plan), "diff": diff})
     elif diff and not args.quiet:
         render.print_diff(diff)
     return 0
@@ -287,7 +317,7 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         plan = make_plan(install, options, accept_modified=args.accept_modified, only=only(args))
         if args.json:
-            emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
+            output.emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
         elif not args.quiet:
             render.print_plan(plan)
         return 0
@@ -306,7 +336,7 @@ def run_verify(args: argparse.Namespace) -> int:
     step = render.step_reporter(sys.stderr) if args.engine and not args.quiet else None
     report = verify.verify(plan, args.interpreter or install.python, engine=args.engine, eager=args.eager, step=step)
     if args.json:
-        emit_json({**render.status_data(plan), **render.verify_data(report)})
+        output.emit_json({**render.status_data(plan), **render.verify_data(report)})
     elif not args.quiet:
         render.print_verify(report, static_enough=args.static)
     if not report.ok:
@@ -336,13 +366,9 @@ def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInst
     if args.json:
         ids = {} if outcome.options is None else render.ids_data(outcome.options)
         data = {"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)}
-        emit_json({**data, "originals": outcome.originals, **ids})
+        output.emit_json({**data, "originals": outcome.originals, **ids})
     elif not args.quiet:
         print(outcome.message)
         if outcome.options is not None:
             print(f"aux layer ids: {render.ids_text(outcome.options)}")
     return 0
-
-
-def emit_json(data: dict[str, Any]) -> None:
-    print(json.dumps(data, indent=2))

@@ -15,6 +15,7 @@ from .codemod.verdict_cache import StateCache, default_directory
 from .discovery import Discovery, decoder, discover, encode, serving
 from .eagle3.release import Release, admitted_entries
 from .errors import ToolError
+from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
@@ -61,13 +62,25 @@ class Plan:
     """The families found by rule in this release's registry."""
     unreadable_state: Optional[str] = None
     """Why the manifest could not be read (``status`` as another user than the one who applied)."""
+    interruption: Optional[Interruption] = None
+    """An ``apply`` or ``revert`` that stopped part-way, or is at work in another process."""
 
     @property
     def state(self) -> State:
+        """The installation's state: ``interrupted`` while a run is unfinished, else its files'."""
+        return State.INTERRUPTED if self.interruption else self.files_state
+
+    @property
+    def files_state(self) -> State:
+        """The state of the least-finished file: what ``apply`` judges."""
         return overall_state(self.files)[0]
 
     @property
     def reason(self) -> str:
+        if (
+            self.interruption
+        ):  # why files differ from the manifest, and what to do: no stale note; the rows say the rest
+            return self.interruption.reason(self.install.command)
         reason = overall_state(self.files)[1]
         if self.unreadable_state:
             reason += f" ({self.unreadable_state}: the states come from the files' own contents)"
@@ -89,7 +102,10 @@ class Plan:
             path = package_dir / file.path
             if not path.exists() or path.read_bytes() != file.current:
                 return False
-        return StateDir(package_dir).load() == self.manifest
+        state_dir = StateDir(package_dir)
+        return state_dir.load() == self.manifest and state_dir.load_journal() == (
+            self.interruption.journal if self.interruption else None
+        )
 
 
 def make_plan(
@@ -147,7 +163,7 @@ def make_plan(
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
-    return Plan(install, tuple(files), manifest, options, release, discovery, unreadable)
+    return Plan(install, tuple(files), manifest, options, release, discovery, unreadable, state_dir.interruption())
 
 
 def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Manifest]) -> Release:

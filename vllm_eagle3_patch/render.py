@@ -13,6 +13,7 @@ from typing import Any, Iterator, Optional, TextIO
 from .codemod.target import Options, State
 from .drafters.architectures import VERDICTS, ArchitectureVerdict
 from .drafters.target_model import TargetModel
+from .install.journal import Interruption
 from .install.record import RecordCheck
 from .plan import Plan
 from .verification.engine_check import Step
@@ -24,6 +25,7 @@ _STATE_STYLE = {
     State.UNPATCHED: "yellow",
     State.MODIFIED: "red",
     State.UNSUPPORTED: "red",
+    State.INTERRUPTED: "red",
 }
 NO_NEWLINE = "\\ No newline at end of file\n"
 
@@ -55,6 +57,7 @@ def status_data(plan: Plan) -> dict[str, Any]:
         "reason": plan.reason,
         "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
         **({"unreadable_state": plan.unreadable_state} if plan.unreadable_state else {}),
+        **({"interrupted": interruption_data(plan.interruption)} if plan.interruption else {}),
         "targets": [
             {
                 "file": f.path,
@@ -64,6 +67,17 @@ def status_data(plan: Plan) -> dict[str, Any]:
             }
             for f in plan.files
         ],
+    }
+
+
+def interruption_data(interruption: Interruption) -> dict[str, Any]:
+    """``status --json``'s ``interrupted``: the unfinished run, for a script to act on."""
+    return {
+        "command": interruption.journal.command,
+        "written": interruption.written,
+        "files": len(interruption.journal.files),
+        "running": interruption.running,
+        "temporaries": [str(path) for path in interruption.temporaries],
     }
 
 

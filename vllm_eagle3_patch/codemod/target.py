@@ -29,6 +29,8 @@ class State(str, enum.Enum):
     NATIVE = "native"
     UNSUPPORTED = "unsupported"
     MODIFIED = "modified"
+    INTERRUPTED = "interrupted"
+    """The installation only: an ``apply`` or ``revert`` stopped part-way (``install/journal.py``)."""
 
 
 class Policy(str, enum.Enum):

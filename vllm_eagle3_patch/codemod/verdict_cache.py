@@ -74,7 +74,7 @@ class StateCache:
         verdict = target.examine(source, release.reading_through(_recording(release.read, reads)), options)
         entry = {"state": verdict.state.value, "reason": verdict.reason, "reads": reads}
         try:
-            write_atomically(path, json.dumps(entry).encode("utf-8"))
+            write_atomically(path, json.dumps(entry).encode("utf-8"), concurrent=True)
         except OSError:
             pass  # a read-only or full home directory: no cache, same answer
         return _state_only(verdict)
@@ -105,7 +105,9 @@ class StateCache:
         reads: dict[str, Optional[str]] = {}
         value = compute(release.reading_through(_recording(release.read, reads)))
         try:
-            write_atomically(path, json.dumps({"reads": reads, "value": encode(value)}).encode("utf-8"))
+            write_atomically(
+                path, json.dumps({"reads": reads, "value": encode(value)}).encode("utf-8"), concurrent=True
+            )
         except OSError:
             pass
         return value

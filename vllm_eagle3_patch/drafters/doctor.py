@@ -134,6 +134,8 @@ def release_finding(context: Context) -> Finding:
     """Whether this install serves the target with EAGLE-3: its class (the runner's check), its files and the gate."""
     plan, command, model = context.plan, context.command, context.model
     where = f"vLLM {context.version} ({plan.state.value})"
+    if plan.state is State.INTERRUPTED:  # a killed apply (or revert): apply finishes it
+        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} apply")
     if plan.state is State.MODIFIED:
         return Finding(
             "vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply"

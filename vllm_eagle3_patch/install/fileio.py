@@ -5,19 +5,35 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
+
+TEMPORARY_SUFFIX = ".vllm-eagle3-patch.tmp"
+"""How the temporary file of a write into vLLM's tree ends: a run killed mid-write leaves it
+where the next ``apply`` or ``revert`` finds it by name and removes it."""
 
 
-def write_atomically(path: Path, data: bytes, like: Optional[Path] = None) -> None:
+def temporary_for(path: Path) -> Path:
+    """``.<name>.vllm-eagle3-patch.tmp`` beside ``path``: one name per file, for writes made under the lock."""
+    return path.parent / f".{path.name}{TEMPORARY_SUFFIX}"
+
+
+def write_atomically(path: Path, data: bytes, like: Optional[Path] = None, concurrent: bool = False) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
     The file keeps its permission bits; a new one takes those of ``like`` (else the temporary
     file's, 0600).  Renames within a directory are atomic on POSIX, so readers (and a process
-    killed mid-way) see one version or the other.
+    killed mid-way) see one version or the other.  The temporary file is :func:`temporary_for`
+    ``path`` (the writer holds the lock: no other writes it), or with ``concurrent`` (a cache many
+    processes write at once, outside vLLM) a unique name.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = file_mode(path) if path.exists() else (file_mode(like) if like is not None else None)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if concurrent:
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        temporary = Path(name)
+    else:
+        temporary = temporary_for(path)
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
@@ -27,9 +43,23 @@ def write_atomically(path: Path, data: bytes, like: Optional[Path] = None) -> No
             os.chmod(temporary, mode)
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def sweep_temporaries(directory: Path, recursive: bool = False) -> list[Path]:
+    """Remove the temporary files a killed run left in ``directory`` (and below, with ``recursive``)."""
+    pattern = f".*{TEMPORARY_SUFFIX}"
+    found = sorted(directory.rglob(pattern) if recursive else directory.glob(pattern))
+    for path in found:
+        path.unlink(missing_ok=True)
+    return found
+
+
+def left_temporaries(directories: Iterable[Path]) -> list[Path]:
+    """The temporary files of this tool in ``directories``, for ``status`` to name (it removes nothing)."""
+    return sorted({path for directory in directories for path in directory.glob(f".*{TEMPORARY_SUFFIX}")})
 
 
 def file_mode(path: Path) -> Optional[int]:

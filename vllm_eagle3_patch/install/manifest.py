@@ -15,10 +15,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Optional
+from typing import Iterable, Optional
 
 from ..errors import ToolError
-from .fileio import compiled_files, make_directories, write_atomically
+from .fileio import compiled_files, left_temporaries, make_directories, sweep_temporaries, write_atomically
+from .journal import UNKNOWN, Interruption, Journal, journal_directories
+from .lock import held
 
 STATE_DIR = ".vllm-eagle3-patch"
 SCHEMA = 1
@@ -66,6 +68,7 @@ class StateDir:
         self.package_dir = package_dir
         self.path = package_dir / STATE_DIR
         self.manifest_path = self.path / "manifest.json"
+        self.journal_path = self.path / "journal.json"
 
     def backup_path(self, relative: str) -> Path:
         return self.path / "backups" / safe_relative(relative, self.manifest_path)
@@ -111,6 +114,48 @@ class StateDir:
         make_directories(path.parent, like=self.package_dir)
         write_atomically(path, data, like=self.package_dir / "__init__.py")
 
+    def save_journal(self, journal: Journal) -> None:
+        """Before the first file of a run changes: from here on, a kill is seen (``journal.py``)."""
+        self._write(self.journal_path, journal.to_json().encode("utf-8"))
+
+    def load_journal(self) -> Optional[Journal]:
+        """The journal of a run that has not finished (None: there is none)."""
+        try:
+            journal = Journal.parse(self.journal_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError):
+            return Journal(UNKNOWN)  # there, but unreadable here: still an interruption
+        try:
+            for relative in journal.files:
+                safe_relative(relative, self.journal_path)
+        except ToolError:
+            return Journal(UNKNOWN)
+        return journal
+
+    def clear_journal(self) -> None:
+        """After the last file of a run: the tree is as the run meant it."""
+        self.journal_path.unlink(missing_ok=True)
+
+    def interruption(self) -> Optional[Interruption]:
+        """What the journal says, for ``status``: None when no run is unfinished."""
+        journal = self.load_journal()
+        if journal is None:
+            return None
+        written = sum(_sha256_of(self.package_dir / path) == digest for path, digest in journal.files.items())
+        temporaries = left_temporaries(journal_directories(self.package_dir, journal))
+        return Interruption(journal, written, held(self.path), tuple(temporaries))
+
+    def sweep(self, paths: Iterable[str] = ()) -> list[Path]:
+        """Remove the temporary files a killed run left: in the state directory, and beside the files
+        of the journal and ``paths`` (the files a run is about to write).  Under the lock only."""
+        removed = sweep_temporaries(self.path, recursive=True) if self.path.is_dir() else []
+        journal = self.load_journal() or Journal(UNKNOWN)
+        named = Journal(journal.command, {**journal.files, **dict.fromkeys(paths, "")})
+        for directory in journal_directories(self.package_dir, named):
+            removed += sweep_temporaries(directory)
+        return removed
+
     def read_backup(self, relative: str, record: FileRecord) -> bytes:
         """The original bytes, only if they still hash to what the manifest recorded."""
         path = self.backup_path(relative)
@@ -141,6 +186,13 @@ class StateDir:
     def saved_bytecode(self, relative: str) -> dict[str, bytes]:
         kept = self.bytecode_dir(relative)
         return {path.name: path.read_bytes() for path in sorted(kept.glob("*.pyc"))} if kept.is_dir() else {}
+
+
+def _sha256_of(path: Path) -> Optional[str]:
+    try:
+        return sha256(path.read_bytes())
+    except OSError:
+        return None
 
 
 def safe_relative(relative: str, source: Path) -> str:

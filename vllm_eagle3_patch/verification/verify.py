@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ..codemod.target import Policy, State
 from ..eagle3.release import GETTER, module_name
-from ..plan import Plan
+from ..plan import FilePlan, Plan
 from ..registry import FAMILIES
 from .checks import Check, run_in_target
 from .in_target import stand_in_checks
@@ -64,16 +64,21 @@ def verify(
 
 
 def static_checks(plan: Plan) -> tuple[Check, ...]:
-    """One check per target file: patched or native is a pass, and so is an optional
-    (model family) file that apply leaves alone because it cannot patch it."""
-    return tuple(
-        Check(
-            f"{f.path} is patched or native",
-            f.state in (State.PATCHED, State.NATIVE) or (f.optional and f.state is State.UNSUPPORTED),
-            f"{f.state.value}{' (left alone)' if f.optional and f.state is State.UNSUPPORTED else ''}: {f.reason}",
-        )
-        for f in plan.files
+    """One check per target file, named by what the file is: patched or native is a pass, and so is
+    an optional (model family) file that apply leaves alone because it cannot patch it; anything
+    else fails, saying what was expected.  An interrupted apply or revert fails first."""
+    interrupted = (
+        () if plan.interruption is None else (Check("no apply or revert was interrupted", False, plan.reason),)
     )
+    return interrupted + tuple(file_check(f) for f in plan.files)
+
+
+def file_check(file: FilePlan) -> Check:
+    if file.state in (State.PATCHED, State.NATIVE):
+        return Check(f"{file.path} is {file.state.value}", True, file.reason)
+    if file.optional and file.state is State.UNSUPPORTED:
+        return Check(f"{file.path} is left alone", True, f"apply cannot patch it: {file.reason}")
+    return Check(f"{file.path} is {file.state.value}", False, f"expected patched or native: {file.reason}")
 
 
 def run_stand_in_checks(plan: Plan, python: str) -> dict:

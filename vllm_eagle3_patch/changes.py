@@ -139,7 +139,7 @@ def _write_patches(plan: Plan) -> Outcome:
             if not _backup_holds(state_dir, previous, file.path, record):
                 backups.append((file.path, file.original))
             records[file.path] = record
-        elif _as_applied(previous, file):
+        elif _holds_what_apply_wrote(previous, file):
             records[file.path] = previous.files[file.path]  # type: ignore[union-attr]
     for path, original in backups:  # all checked before any is written: refusing changes nothing
         _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
@@ -171,7 +171,7 @@ def _write_patches(plan: Plan) -> Outcome:
     return Outcome(message, names, kept, plan.options)
 
 
-def _as_applied(previous: Optional[Manifest], file: FilePlan) -> bool:
+def _holds_what_apply_wrote(previous: Optional[Manifest], file: FilePlan) -> bool:
     """Whether ``file`` holds what an earlier ``apply`` wrote (patched, or a gate now short of types): its record
     and backup are kept."""
     return (

@@ -105,6 +105,22 @@ def test_revert_refuses_a_file_edited_after_apply_and_force_restores(release):
     assert record_mismatches(package_dir) == []
 
 
+def test_revert_leaves_a_file_reinstalled_since_apply_as_the_installer_wrote_it(release):
+    """An original taken with --accept-modified, then the wheel's file put back by hand: revert, with or
+    without --force, never writes the edited original over RECORD's bytes, and says why."""
+    package_dir = release("0.17.1")
+    wheel_bytes = (package_dir / DEEPSEEK).read_bytes()
+    for force in ((), ("--force",)):
+        (package_dir / DEEPSEEK).write_bytes(wheel_bytes + b"# a hand edit\n")
+        assert cli(package_dir, "apply", "--accept-modified").returncode == 0
+        (package_dir / DEEPSEEK).write_bytes(wheel_bytes)  # pip install --force-reinstall, for one file
+        reverted = cli(package_dir, "revert", *force)
+        assert reverted.returncode == 0, reverted.stderr
+        assert f"left {DEEPSEEK} as it is: it holds the installed vLLM's bytes (RECORD) again" in reverted.stdout
+        assert "edited before apply" not in reverted.stdout
+        assert record_mismatches(package_dir) == []
+
+
 def test_nothing_to_revert(release):
     completed = cli(release("0.17.1"), "revert")
     assert completed.returncode == 0 and "nothing to revert" in completed.stdout

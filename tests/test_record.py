@@ -321,6 +321,7 @@ def run_step(package_dir: Path, pristine: dict[str, bytes], step: tuple[str, str
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=1, max_size=6))
 @example(steps=[("edit", GATE), ("apply", ""), ("apply --accept-modified", ""), ("revert", "")])
+@example(steps=[("edit", DEEPSEEK), ("apply --accept-modified", ""), ("reinstall", DEEPSEEK), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", GATE), ("apply", ""), ("apply --accept-modified", ""), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", DEEPSEEK), ("reinstall", DEEPSEEK), ("apply", ""), ("revert", "")])
 @example(steps=[("apply", ""), ("strip-marks", GATE), ("apply --aux-layers 1,2,3", ""), ("revert", "")])

@@ -214,7 +214,9 @@ NOTHING_TO_REVERT = "nothing to revert: no vllm-eagle3-patch manifest in this vL
 def revert(install: VllmInstall, force: bool = False) -> Outcome:
     """Put back the original bytes of every file the manifest names, then remove the state.
 
-    ``force`` restores even over files changed since apply, and names each: those changes are gone."""
+    ``force`` restores even over files changed since apply, and names each: those changes are gone.
+    A file holding the installer's bytes again (reinstalled since apply) is left as it is, with or
+    without ``force``: RECORD's bytes are never replaced by an edited original."""
     state_dir = StateDir(install.package_dir)
     if not state_dir.path.exists():
         return Outcome(NOTHING_TO_REVERT)
@@ -226,12 +228,15 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
                 NOTHING_TO_REVERT + (f"; removed what an interrupted {journal.command} left" if journal else "")
             )
         state_dir.sweep(manifest.files)
-        restores, overwritten = [], []
+        restores, overwritten, reinstalled = [], [], []
         for path, record in manifest.files.items():
             target = install.package_dir / path
             current = target.read_bytes() if target.exists() else b""
             digest = sha256(current)
             if digest == record.sha256_before:
+                continue
+            if digest != record.sha256_after and _compare(install, path, digest).check is RecordCheck.MATCHES:
+                reinstalled.append(path)  # the installer's own bytes, put back since apply: nothing to undo
                 continue
             if digest != record.sha256_after:
                 if not force:
@@ -247,10 +252,16 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
         state_dir.manifest_path.unlink()  # first: backups without a manifest are harmless leftovers
         shutil.rmtree(state_dir.path)
     names = tuple(path for path, _, _ in restores)
-    restored = {path: _compare(install, path, r.sha256_before, r) for path, r in manifest.files.items()}
+    restored = {
+        path: _compare(install, path, r.sha256_before, r)
+        for path, r in manifest.files.items()
+        if path not in reinstalled
+    }
     message = f"restored {len(names)} original file(s) of vLLM {install.version}{_restored_note(install, restored)}"
     if overwritten:
         message += f"; the changes made since apply to {', '.join(overwritten)} are gone (--force)"
+    if reinstalled:
+        message += f"; left {', '.join(reinstalled)} as it is: it holds the installed vLLM's bytes (RECORD) again"
     finished = _after(journal, "revert")
     return Outcome(message + finished, names, {path: c.check.value for path, c in restored.items()})
 

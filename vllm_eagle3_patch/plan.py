@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Optional
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Optional
 
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
@@ -144,12 +144,16 @@ def make_plan(
         wanted = serving(release, only, (*FAMILIES, *discovery.families))
         applied = set(manifest.files) if manifest else set()
         targets = tuple(t for t in targets if wanted & set(t.serves_families) or t.locate(release) in applied)
-    if states_only:
-        examine: Examine = StateCache(default_directory()).examine
-    else:
-        examine = _judged_ahead(release, options, manifest, targets)
-    originals = Originals(install, accept_modified)
-    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable, states_only)
+    context = FileContext(
+        release,
+        state_dir,
+        options,
+        recorded,
+        Originals(install, accept_modified),
+        JudgedAhead() if states_only else judge_ahead(release, options, manifest, targets),
+        StateCache(default_directory()) if states_only else None,
+        unreadable,
+    )
     files = _plan_targets(context, manifest, (*targets, PROPOSER))
     # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now, and of the
     # architectures upstream serves with EAGLE-3 (asked for, with --only)
@@ -236,38 +240,46 @@ class Originals:
         return f"`{self.install.command(*words)}`"
 
 
-Examine = Callable[[Target, str, Release, Options], Verdict]
-"""How a plan asks a target about a file: ``_examine``, or ``StateCache.examine`` for states alone."""
+@dataclass(frozen=True)
+class Judged:
+    """A file's verdict, judged from ``source`` before the plan asked."""
+
+    source: str
+    verdict: Verdict
 
 
-def _examine(target: Target, source: str, release: Release, options: Options) -> Verdict:
-    return target.examine(source, release, options)
+@dataclass(frozen=True)
+class JudgedAhead:
+    """The verdicts of the model files not yet patched, judged ahead on two processes
+    (``codemod/two_processes.py``): writing out their patched texts is most of ``apply``'s time.
+    By file path, with the plan's options; a file asked about with other bytes (a replan reads
+    its backup) is judged again."""
+
+    by_path: dict[str, Judged] = field(default_factory=dict)
+
+    def verdict(self, path: str, source: str) -> Optional[Verdict]:
+        judged = self.by_path.get(path)
+        return judged.verdict if judged is not None and judged.source == source else None
 
 
-def _judged_ahead(
+def judge_ahead(
     release: Release, options: Options, manifest: Optional[Manifest], targets: tuple[Target, ...]
-) -> Examine:
-    """``_examine``, with the model files not yet patched judged ahead on two processes
-    (``codemod/two_processes.py``): writing out their patched texts is most of ``apply``'s time."""
+) -> JudgedAhead:
+    """The files of ``targets`` not yet patched (one target per file), judged with ``options``."""
     patched = set(manifest.files) if manifest else set()
-    sources: dict[int, str] = {}
+    sources: dict[str, tuple[Target, str]] = {}
     for target in targets:
         path = target.locate(release)
         if path is not None and path not in patched:
             try:  # as the plan will read it: the bytes, decoded (no newline translation)
-                sources[id(target)] = (release.package_dir / path).read_bytes().decode("utf-8")
+                sources[path] = (target, (release.package_dir / path).read_bytes().decode("utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass
-    jobs = [lambda t=t: t.examine(sources[id(t)], release, options) for t in targets if id(t) in sources]
-    judged = dict(zip(sources, judge_all(jobs, [len(source) for source in sources.values()])))
-
-    def examine(target: Target, source: str, tree: Release, chosen: Options) -> Verdict:
-        ahead = judged.pop(id(target), None)  # once: a replan of the same target reads its backup
-        if ahead is not None and source == sources[id(target)] and chosen == options:
-            return ahead
-        return target.examine(source, tree, chosen)
-
-    return examine
+    jobs = [lambda t=t, s=s: t.examine(s, release, options) for t, s in sources.values()]
+    verdicts = judge_all(jobs, [len(source) for _, source in sources.values()])
+    return JudgedAhead(
+        {path: Judged(source, verdict) for (path, (_, source)), verdict in zip(sources.items(), verdicts)}
+    )
 
 
 def _text(verdict: Verdict) -> Optional[bytes]:
@@ -284,18 +296,26 @@ class FileContext:
     options: Options
     recorded: Options
     """The options of the last ``apply`` (its manifest's)."""
-    examine: Examine
     originals: Originals
+    judged_ahead: JudgedAhead
+    state_cache: Optional[StateCache] = None
+    """``status``: states alone, from the verdict cache where it can; no patched texts, so nothing is
+    replanned (a patched file is a hash check)."""
     unreadable_state: Optional[str] = None
-    states_only: bool = False
-    """``status``: no patched texts, so nothing is replanned (a patched file is a hash check)."""
 
-    def verdict(self, target: Target, data: bytes) -> Verdict:
+    @property
+    def states_only(self) -> bool:
+        return self.state_cache is not None
+
+    def verdict(self, target: Target, path: str, data: bytes) -> Verdict:
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError:
             return Verdict(State.UNSUPPORTED, "not UTF-8 text")
-        return self.examine(target, source, self.release, self.options)
+        if self.state_cache is not None:
+            return self.state_cache.examine(target, source, self.release, self.options)
+        ahead = self.judged_ahead.verdict(path, source)
+        return ahead if ahead is not None else target.examine(source, self.release, self.options)
 
 
 def _plan_file(context: FileContext, target: Target, path: str, manifested: Optional[FileRecord]) -> FilePlan:
@@ -307,11 +327,11 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         # gate's types follow the files patched with it): status stays a hash check.
         replanned = target.replanned and not context.states_only
         same = context.options == context.recorded and not replanned
-        desired = current if same else _text(context.verdict(target, original))
+        desired = current if same else _text(context.verdict(target, path, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
         reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
         return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
-    verdict = context.verdict(target, current)
+    verdict = context.verdict(target, path, current)
     if verdict.state is State.PATCHED:
         if manifested is not None:
             reason = "changed since vllm-eagle3-patch applied it"

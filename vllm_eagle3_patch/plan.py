@@ -11,7 +11,6 @@ from typing import Iterable, Optional
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.two_processes import judge_all
-from .codemod.verdict_cache import StateCache, default_directory
 from .discovery import Discovery, decoder, discover, encode, serving
 from .eagle3.release import Release, admitted_entries
 from .errors import ToolError
@@ -20,6 +19,7 @@ from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .registry import FAMILIES, PROPOSER, gate_target, model_targets
+from .verdict_cache import StateCache, default_directory
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from .codemod.family import Family, Wrapper
 from .codemod.target import Policy, Target
+from .eagle3.release import MODELS
 from .patches.decoder_eagle3 import DecoderTarget
 from .patches.eagle_proposer import EagleProposerTarget
 from .patches.speculative_gate import SpeculativeGateTarget
 from .patches.wrapper_eagle3 import WrapperTarget
-
-MODELS = "model_executor/models"
 
 DEEPSEEK_V2 = Family(
     "DeepSeek-V2/V3",

@@ -6,19 +6,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
-from .eagle3.release import Release, admitted_entries
+from .eagle3.release import Release
 from .errors import ToolError
 from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .registry import FAMILIES, PROPOSER, gate_target, model_targets
+from .registry import FAMILIES, planned_targets
+from .target_kinds import Found
 from .verdict_cache import StateCache, default_directory
 
 
@@ -122,8 +123,9 @@ def make_plan(
     of the earlier one unless the user gives new ones (``Options()`` is the default ids).
     ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
     text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
-    The targets are the registry's families and those found by rule in the release's own registry
-    (``discovery.py``); ``only`` (architecture names, ``apply --only``) keeps the model files serving
+    The targets are those of the registry's entries (``registry.TARGETS``: the families' files and those
+    found by rule in the release's own registry, ``discovery.py``), the entries planned after the model files
+    handed their verdicts; ``only`` (architecture names, ``apply --only``) keeps the model files serving
     those architectures, the files an earlier ``apply`` patched, the proposer and the gate.
     """
     state_dir = StateDir(install.package_dir)
@@ -139,11 +141,9 @@ def make_plan(
         encode,
         decoder(FAMILIES),
     )
-    targets = model_targets(discovery.families)
-    if only is not None:
-        wanted = serving(release, only, (*FAMILIES, *discovery.families))
-        applied = set(manifest.files) if manifest else set()
-        targets = tuple(t for t in targets if wanted & set(t.serves_families) or t.locate(release) in applied)
+    found = Found(discovery, only, release, _before_apply(state_dir, manifest))
+    wanted = None if only is None else serving(release, only, (*FAMILIES, *discovery.families))
+    targets = _asked_for(planned_targets(found, after_model_files=False), wanted, release, manifest)
     context = FileContext(
         release,
         state_dir,
@@ -154,16 +154,12 @@ def make_plan(
         StateCache(default_directory()) if states_only else None,
         unreadable,
     )
-    files = _plan_targets(context, manifest, (*targets, PROPOSER))
-    # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now, and of the
-    # architectures upstream serves with EAGLE-3 (asked for, with --only)
-    eagle3 = {f.family for f in files if f.state in (State.UNPATCHED, State.PATCHED)}
-    gated = tuple(t for family in discovery.families if family.name in eagle3 for t in family.model_types)
-    natives = discovery.native.items() if only is None else ((a, discovery.native.get(a, ())) for a in only)
-    gated += tuple(t for _, types in natives for t in types)
-    if only is not None:  # a partial apply never takes away what an earlier apply opened the gate to
-        gated += _opened_gate(release, state_dir, manifest)
-    files += _plan_targets(context, manifest, (gate_target(gated),))
+    files = _plan_targets(context, manifest, targets)
+    eagle3 = frozenset(f.family for f in files if f.family and f.state in (State.UNPATCHED, State.PATCHED))
+    later = _asked_for(
+        planned_targets(replace(found, eagle3=eagle3), after_model_files=True), wanted, release, manifest
+    )
+    files += _plan_targets(context, manifest, later)
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
@@ -186,14 +182,27 @@ def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Mani
     return release.reading_through(read) if patched else release
 
 
-def _opened_gate(release: Release, state_dir: StateDir, manifest: Optional[Manifest]) -> tuple[str, ...]:
-    """The entries an earlier ``apply`` added to the gate (those of the file beyond its backup's)."""
-    path = release.gate_file
-    record = manifest.files.get(path) if manifest and path else None
-    if path is None or record is None:
-        return ()
-    before = set(admitted_entries(state_dir.read_backup(path, record).decode("utf-8", "replace")))
-    return tuple(entry for entry in admitted_entries(release.read(path) or "") if entry not in before)
+def _before_apply(state_dir: StateDir, manifest: Optional[Manifest]) -> Callable[[str], Optional[str]]:
+    """Reads a file as it was before an earlier ``apply`` patched it (its backup); None where none did."""
+
+    def read(relative: str) -> Optional[str]:
+        record = manifest.files.get(relative) if manifest else None
+        return None if record is None else state_dir.read_backup(relative, record).decode("utf-8", "replace")
+
+    return read
+
+
+def _asked_for(
+    targets: tuple[Target, ...], wanted: Optional[set[str]], release: Release, manifest: Optional[Manifest]
+) -> tuple[Target, ...]:
+    """With ``--only`` (``wanted``: the families serving its architectures): the targets serving them, those
+    an earlier ``apply`` patched, and those serving every family (the proposer, the gate)."""
+    if wanted is None:
+        return targets
+    applied = set(manifest.files) if manifest else set()
+    return tuple(
+        t for t in targets if not t.serves_families or wanted & set(t.serves_families) or t.locate(release) in applied
+    )
 
 
 def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:

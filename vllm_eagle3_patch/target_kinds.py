@@ -77,8 +77,8 @@ class OneFile:
 
 @dataclass(frozen=True)
 class Gate:
-    """The speculative-config gate, admitting ``model_types`` (the registry's families') and, planned after the
-    model files, the types of the families found by rule whose files are EAGLE-3 targets, and those of the
+    """The speculative-config gate, planned after the model files: it admits ``model_types`` (the registry's
+    families'), the types of the families found by rule whose files are EAGLE-3 targets, and those of the
     architectures upstream serves with EAGLE-3 (those asked for, with ``--only``).  A partial apply
     (``--only``) never takes away what an earlier ``apply`` opened the gate to."""
 
@@ -92,15 +92,14 @@ class Gate:
         more += [t for types in asked.values() for t in types]
         if found.only is not None:
             more += _opened_before(found)
-        return (
-            SpeculativeGateTarget((*self.model_types, *(t for t in dict.fromkeys(more) if t not in self.model_types))),
-        )
+        admitted = (*self.model_types, *(t for t in dict.fromkeys(more) if t not in self.model_types))
+        return (SpeculativeGateTarget(admitted),)
 
 
 def _opened_before(found: Found) -> tuple[str, ...]:
     """The entries an earlier ``apply`` added to the gate (those of the file beyond its backup's)."""
     path = found.release.gate_file if found.release else None
-    before = found.before_apply(path) if path else None
+    before = found.before_apply(path) if found.release and path else None
     if found.release is None or path is None or before is None:
         return ()
     kept = set(admitted_entries(before))

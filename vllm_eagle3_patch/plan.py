@@ -259,10 +259,10 @@ class Judged:
 
 @dataclass(frozen=True)
 class JudgedAhead:
-    """The verdicts of the model files not yet patched, judged ahead on two processes
-    (``codemod/two_processes.py``): writing out their patched texts is most of ``apply``'s time.
-    By file path, with the plan's options; a file asked about with other bytes (a replan reads
-    its backup) is judged again."""
+    """The verdicts of the files planned first (the model files, the proposer) that are not yet patched,
+    judged ahead on two processes (``codemod/two_processes.py``): writing out their patched texts is most of
+    ``apply``'s time.  By file path, with the plan's options; a file asked about with other bytes (a replan
+    reads its backup) is judged again."""
 
     by_path: dict[str, Judged] = field(default_factory=dict)
 

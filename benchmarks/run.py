@@ -60,7 +60,7 @@ COMMAND_NAMES = (
     "import", "apply", "status (patched)", "status (unpatched)", "status (unpatched, first look)", "diff", "revert",
 )  # fmt: skip
 CACHE_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
-"""Where status keeps verdicts (``vllm_eagle3_patch/codemod/verdict_cache.py``)."""
+"""Where status keeps verdicts (``vllm_eagle3_patch/verdict_cache.py``)."""
 
 
 # ---------------------------------------------------------------------------------------------

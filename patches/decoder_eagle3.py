@@ -398,66 +398,81 @@ class DecoderTarget(SingleFileTarget):
         return repr(self.families)
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
-        families = self.families
+        read = FileReading.of(self.families)
+        return judge(
+            source,
+            lambda: file_codemod(self.families, source=source, release=release, options=options),
+            native=lambda module: native_reason(module, self.families),
+            reads=read.reads,
+            classes=read.looks_at,
+        )
 
-        def native(module: cst.Module) -> Optional[str]:
-            """What the runner checks: the causal LM it holds is an EAGLE-3 target.  A collecting
-            decoder under a causal LM without the protocol is half of it (the codemod adds the rest)."""
-            reasons = [declares_eagle3(module, family.causal_lm, (PROTOCOL,)) for family in families]
-            return reasons[0] if all(reasons) else None
 
-        def codemod() -> FileCodemod:
-            interface = release.interface
-            if interface is None:
-                raise Unrecognised(release.no_eagle3)
-            return FileCodemod(
-                tuple(
-                    DecoderEagle3(
-                        family,
-                        interface.protocol,
-                        options.aux_layers,
-                        interface.getter,
-                        with_model,
-                        _layers_ignore_residual(source, family.model),
-                        interface.relay_key,
-                        interface.relay_key is not None and _relays(parents.get(family.name)),
-                    )
-                    for family, with_model in zip(families, _first_of_each_model(families))
-                )
+def native_reason(module: cst.Module, families: tuple[Family, ...]) -> Optional[str]:
+    """What the runner checks: the causal LM it holds is an EAGLE-3 target.  A collecting decoder under
+    a causal LM without the protocol is half of it (the codemod adds the rest)."""
+    reasons = [declares_eagle3(module, family.causal_lm, (PROTOCOL,)) for family in families]
+    return reasons[0] if all(reasons) else None
+
+
+@dataclass(frozen=True)
+class FileReading:
+    """What of a model file the codemod and :func:`native_reason` look at; ``judge`` sets the rest aside
+    unparsed (``codemod/outline.py``)."""
+
+    models: frozenset[str]
+    causal_lms: frozenset[str]
+    nested: bool
+    """A decoder held two attributes deep (``self.transformer.decoder``), whose outer model is found later:
+    every class and every ``__init__`` is read."""
+
+    @classmethod
+    def of(cls, families: tuple[Family, ...]) -> FileReading:
+        return cls(
+            models=frozenset(family.model for family in families),
+            causal_lms=frozenset(family.causal_lm for family in families),
+            nested=any(family.decoder.count(".") >= 2 for family in families),
+        )
+
+    def reads(self, function: Function) -> bool:
+        if function.name == "__init__" and (self.nested or function.cls in self.causal_lms):
+            return True  # what the causal LM holds, and the embedding of the model it builds
+        return function.cls in self.models and function.name in ("__init__", "forward")
+
+    def looks_at(self, cls: str) -> bool:
+        return self.nested or cls in self.models or cls in self.causal_lms
+
+
+def file_codemod(families: tuple[Family, ...], *, source: str, release: Release, options: Options) -> FileCodemod:
+    """The codemod of every family of the file.  Raises :class:`Unrecognised` where a family's
+    ``forward_from`` file is not patchable (checked first), or the release has no EAGLE-3."""
+    parents = {
+        family.name: require_patchable(family.forward_from, release, options)
+        for family in families
+        if family.forward_from is not None
+    }
+    interface = release.interface
+    if interface is None:
+        raise Unrecognised(release.no_eagle3)
+    return FileCodemod(
+        tuple(
+            DecoderEagle3(
+                family=family,
+                protocol=interface.protocol,
+                aux_layers=options.aux_layers,
+                getter=interface.getter,
+                with_model=with_model,
+                layers_add_the_residual=_layers_ignore_residual(source, family.model),
+                relay_key=interface.relay_key,
+                inherits_relay=(
+                    interface.relay_key is not None
+                    and family.name in parents
+                    and parents[family.name].carries_aux_across_ranks
+                ),
             )
-
-        parents: dict[str, tuple[str, Verdict]] = {}
-        """The file and verdict of each family's ``forward_from``, judged first (``judge`` runs this before
-        the codemod)."""
-
-        def preconditions() -> None:
-            for family in families:
-                if family.forward_from is not None:
-                    parents[family.name] = require_patchable(family.forward_from, release, options)
-
-        models = {family.model for family in families}
-        nested = any(family.decoder.count(".") >= 2 for family in families)  # see _outer_model
-        causal_lms = {family.causal_lm for family in families}
-
-        def reads(function: Function) -> bool:
-            if function.name == "__init__" and (nested or function.cls in causal_lms):
-                return True  # what the causal LM holds, and the embedding of the model it builds
-            return function.cls in models and function.name in ("__init__", "forward")
-
-        def looks_at(cls: str) -> bool:
-            return nested or cls in models or cls in causal_lms  # a nested decoder's outer model is found later
-
-        return judge(source, codemod, native=native, preconditions=preconditions, reads=reads, classes=looks_at)
-
-
-def _relays(parent: Optional[tuple[str, Verdict]]) -> bool:
-    """Whether a patched model whose forward another family's model runs (``parent``: its file and
-    verdict) carries aux states across pipeline ranks: its file as ``apply`` leaves it declares so."""
-    if parent is None:
-        return False
-    source, verdict = parent
-    written = verdict.patched if verdict.state is State.UNPATCHED else source
-    return pipeline_relay.carries_aux_across_ranks(written or "")
+            for family, with_model in zip(families, _first_of_each_model(families))
+        )
+    )
 
 
 def _layers_ignore_residual(source: str, model: str) -> bool:
@@ -489,14 +504,28 @@ def _first_of_each_model(families: tuple[Family, ...]) -> list[bool]:
     return firsts
 
 
-def require_patchable(family: Family, release: Release, options: Options) -> tuple[str, Verdict]:
+@dataclass(frozen=True)
+class PatchableFile:
+    """A family's model file that another file's patch relies on, and its verdict."""
+
+    source: str
+    verdict: Verdict
+
+    @property
+    def carries_aux_across_ranks(self) -> bool:
+        """Whether the file as ``apply`` leaves it declares that its model carries aux states across
+        pipeline ranks (what a model running its ``forward`` inherits)."""
+        written = self.verdict.patched if self.verdict.state is State.UNPATCHED else self.source
+        return pipeline_relay.carries_aux_across_ranks(written or "")
+
+
+def require_patchable(family: Family, release: Release, options: Options) -> PatchableFile:
     """A file whose patch relies on ``family``'s (a wrapper delegating to its causal LM, a model
-    inheriting its model's ``forward``) is patched only where that family's file is patched too.
-    Returns that file and its verdict."""
+    inheriting its model's ``forward``) is patched only where that family's file is patched too."""
     source = release.read(family.path)
     if source is None:
         raise Unrecognised(f"{family.path} is missing")
     verdict = DecoderTarget(family).examine(source, release, options)
     if verdict.state not in (State.UNPATCHED, State.PATCHED):
         raise Unrecognised(f"{family.path} is {verdict.state.value}: {verdict.reason}")
-    return source, verdict
+    return PatchableFile(source, verdict)

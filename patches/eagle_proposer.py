@@ -28,10 +28,10 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.judge import judge
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Verdict
-from vllm_eagle3_patch.eagle3.release import PROPOSER, Release
+from vllm_eagle3_patch.eagle3.release import MODELS, PROPOSER, Release
 
 PATH = PROPOSER
-KIMI_K25_MODEL = "model_executor/models/kimi_k25.py"
+KIMI_K25_MODEL = f"{MODELS}/kimi_k25.py"
 WRAPPER = "KimiK25ForConditionalGeneration"
 LOAD_MODEL = "load_model"
 

@@ -22,7 +22,7 @@ from vllm_eagle3_patch.drafters.architectures import architecture_verdicts
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan
-from vllm_eagle3_patch.registry import FAMILIES, TARGETS
+from vllm_eagle3_patch.registry import FAMILIES, every_target
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -128,7 +128,7 @@ def markdown(header: tuple[str, ...], rows: list[tuple[str, tuple[str, ...]]]) -
 def release_table(by_release: dict[str, Plan]) -> str:
     """Every target on every corpus release (the gate under whichever file holds it)."""
     present = {file.target for plan in by_release.values() for file in plan.files}
-    targets = [target.name for target in TARGETS if target.name in present]  # the registry's order
+    targets = [target.name for target in every_target() if target.name in present]  # the registry's order
     rows = {}
     for release, plan in by_release.items():
         states = {file.target: file.state for file in plan.files}

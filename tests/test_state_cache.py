@@ -10,8 +10,8 @@ from pathlib import Path
 from conftest import run_cli
 
 from vllm_eagle3_patch.codemod.target import Options, State, Verdict
-from vllm_eagle3_patch.codemod.verdict_cache import StateCache
 from vllm_eagle3_patch.eagle3.release import Release
+from vllm_eagle3_patch.verdict_cache import StateCache
 
 RUNNER = "v1/worker/gpu_model_runner.py"
 MODEL = "model_executor/models/deepseek_v2.py"

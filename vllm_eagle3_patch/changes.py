@@ -25,7 +25,7 @@ from .install.lock import locked
 from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
-from .registry import DEEPSEEK_V2, PROPOSER, gate_target
+from .registry import every_target
 
 
 @dataclass(frozen=True)
@@ -310,9 +310,7 @@ def unwritable(package_dir: Path) -> Optional[Path]:
     directory (or the package, which will hold it) and the directories of the targets."""
     state_dir = package_dir / STATE_DIR
     places = [state_dir, state_dir / "lock"] if state_dir.is_dir() else [package_dir]
-    places += [
-        (package_dir / path).parent for path in (DEEPSEEK_V2.path, PROPOSER.default_path, gate_target().default_path)
-    ]
+    places += dict.fromkeys((package_dir / target.default_path).parent for target in every_target())
     return next((place for place in places if place.exists() and not os.access(place, os.W_OK)), None)
 
 

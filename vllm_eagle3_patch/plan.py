@@ -5,21 +5,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional
 
 from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.two_processes import judge_all
-from .codemod.verdict_cache import StateCache, default_directory
 from .discovery import Discovery, decoder, discover, encode, serving
-from .eagle3.release import Release, admitted_entries
+from .eagle3.release import Release
 from .errors import ToolError
 from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .registry import FAMILIES, PROPOSER, gate_target, model_targets
+from .registry import FAMILIES, planned_targets
+from .target_kinds import Found
+from .verdict_cache import StateCache, default_directory
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,9 @@ def make_plan(
     of the earlier one unless the user gives new ones (``Options()`` is the default ids).
     ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
     text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
-    The targets are the registry's families and those found by rule in the release's own registry
-    (``discovery.py``); ``only`` (architecture names, ``apply --only``) keeps the model files serving
+    The targets are those of the registry's entries (``registry.TARGETS``: the families' files and those
+    found by rule in the release's own registry, ``discovery.py``), the entries planned after the model files
+    handed their verdicts; ``only`` (architecture names, ``apply --only``) keeps the model files serving
     those architectures, the files an earlier ``apply`` patched, the proposer and the gate.
     """
     state_dir = StateDir(install.package_dir)
@@ -139,27 +141,25 @@ def make_plan(
         encode,
         decoder(FAMILIES),
     )
-    targets = model_targets(discovery.families)
-    if only is not None:
-        wanted = serving(release, only, (*FAMILIES, *discovery.families))
-        applied = set(manifest.files) if manifest else set()
-        targets = tuple(t for t in targets if wanted & set(t.serves_families) or t.locate(release) in applied)
-    if states_only:
-        examine: Examine = StateCache(default_directory()).examine
-    else:
-        examine = _judged_ahead(release, options, manifest, targets)
-    originals = Originals(install, accept_modified)
-    context = FileContext(release, state_dir, options, recorded, examine, originals, unreadable, states_only)
-    files = _plan_targets(context, manifest, (*targets, PROPOSER))
-    # The gate admits the types of the families found by rule whose files are EAGLE-3 targets now, and of the
-    # architectures upstream serves with EAGLE-3 (asked for, with --only)
-    eagle3 = {f.family for f in files if f.state in (State.UNPATCHED, State.PATCHED)}
-    gated = tuple(t for family in discovery.families if family.name in eagle3 for t in family.model_types)
-    natives = discovery.native.items() if only is None else ((a, discovery.native.get(a, ())) for a in only)
-    gated += tuple(t for _, types in natives for t in types)
-    if only is not None:  # a partial apply never takes away what an earlier apply opened the gate to
-        gated += _opened_gate(release, state_dir, manifest)
-    files += _plan_targets(context, manifest, (gate_target(gated),))
+    found = Found(discovery, only, release, _before_apply(state_dir, manifest))
+    wanted = None if only is None else serving(release, only, (*FAMILIES, *discovery.families))
+    targets = _asked_for(planned_targets(found, after_model_files=False), wanted, release, manifest)
+    context = FileContext(
+        release,
+        state_dir,
+        options,
+        recorded,
+        Originals(install, accept_modified),
+        JudgedAhead() if states_only else judge_ahead(release, options, manifest, targets),
+        StateCache(default_directory()) if states_only else None,
+        unreadable,
+    )
+    files = _plan_targets(context, manifest, targets)
+    eagle3 = frozenset(f.family for f in files if f.family and f.state in (State.UNPATCHED, State.PATCHED))
+    later = _asked_for(
+        planned_targets(replace(found, eagle3=eagle3), after_model_files=True), wanted, release, manifest
+    )
+    files += _plan_targets(context, manifest, later)
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
@@ -182,14 +182,27 @@ def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Mani
     return release.reading_through(read) if patched else release
 
 
-def _opened_gate(release: Release, state_dir: StateDir, manifest: Optional[Manifest]) -> tuple[str, ...]:
-    """The entries an earlier ``apply`` added to the gate (those of the file beyond its backup's)."""
-    path = release.gate_file
-    record = manifest.files.get(path) if manifest and path else None
-    if path is None or record is None:
-        return ()
-    before = set(admitted_entries(state_dir.read_backup(path, record).decode("utf-8", "replace")))
-    return tuple(entry for entry in admitted_entries(release.read(path) or "") if entry not in before)
+def _before_apply(state_dir: StateDir, manifest: Optional[Manifest]) -> Callable[[str], Optional[str]]:
+    """Reads a file as it was before an earlier ``apply`` patched it (its backup); None where none did."""
+
+    def read(relative: str) -> Optional[str]:
+        record = manifest.files.get(relative) if manifest else None
+        return None if record is None else state_dir.read_backup(relative, record).decode("utf-8", "replace")
+
+    return read
+
+
+def _asked_for(
+    targets: tuple[Target, ...], wanted: Optional[set[str]], release: Release, manifest: Optional[Manifest]
+) -> tuple[Target, ...]:
+    """With ``--only`` (``wanted``: the families serving its architectures): the targets serving them, those
+    an earlier ``apply`` patched, and those serving every family (the proposer, the gate)."""
+    if wanted is None:
+        return targets
+    applied = set(manifest.files) if manifest else set()
+    return tuple(
+        t for t in targets if not t.serves_families or wanted & set(t.serves_families) or t.locate(release) in applied
+    )
 
 
 def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:
@@ -236,38 +249,46 @@ class Originals:
         return f"`{self.install.command(*words)}`"
 
 
-Examine = Callable[[Target, str, Release, Options], Verdict]
-"""How a plan asks a target about a file: ``_examine``, or ``StateCache.examine`` for states alone."""
+@dataclass(frozen=True)
+class Judged:
+    """A file's verdict, judged from ``source`` before the plan asked."""
+
+    source: str
+    verdict: Verdict
 
 
-def _examine(target: Target, source: str, release: Release, options: Options) -> Verdict:
-    return target.examine(source, release, options)
+@dataclass(frozen=True)
+class JudgedAhead:
+    """The verdicts of the files planned first (the model files, the proposer) that are not yet patched,
+    judged ahead on two processes (``codemod/two_processes.py``): writing out their patched texts is most of
+    ``apply``'s time.  By file path, with the plan's options; a file asked about with other bytes (a replan
+    reads its backup) is judged again."""
+
+    by_path: dict[str, Judged] = field(default_factory=dict)
+
+    def verdict(self, path: str, source: str) -> Optional[Verdict]:
+        judged = self.by_path.get(path)
+        return judged.verdict if judged is not None and judged.source == source else None
 
 
-def _judged_ahead(
+def judge_ahead(
     release: Release, options: Options, manifest: Optional[Manifest], targets: tuple[Target, ...]
-) -> Examine:
-    """``_examine``, with the model files not yet patched judged ahead on two processes
-    (``codemod/two_processes.py``): writing out their patched texts is most of ``apply``'s time."""
+) -> JudgedAhead:
+    """The files of ``targets`` not yet patched (one target per file), judged with ``options``."""
     patched = set(manifest.files) if manifest else set()
-    sources: dict[int, str] = {}
+    sources: dict[str, tuple[Target, str]] = {}
     for target in targets:
         path = target.locate(release)
         if path is not None and path not in patched:
             try:  # as the plan will read it: the bytes, decoded (no newline translation)
-                sources[id(target)] = (release.package_dir / path).read_bytes().decode("utf-8")
+                sources[path] = (target, (release.package_dir / path).read_bytes().decode("utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass
-    jobs = [lambda t=t: t.examine(sources[id(t)], release, options) for t in targets if id(t) in sources]
-    judged = dict(zip(sources, judge_all(jobs, [len(source) for source in sources.values()])))
-
-    def examine(target: Target, source: str, tree: Release, chosen: Options) -> Verdict:
-        ahead = judged.pop(id(target), None)  # once: a replan of the same target reads its backup
-        if ahead is not None and source == sources[id(target)] and chosen == options:
-            return ahead
-        return target.examine(source, tree, chosen)
-
-    return examine
+    jobs = [lambda t=t, s=s: t.examine(s, release, options) for t, s in sources.values()]
+    verdicts = judge_all(jobs, [len(source) for _, source in sources.values()])
+    return JudgedAhead(
+        {path: Judged(source, verdict) for (path, (_, source)), verdict in zip(sources.items(), verdicts)}
+    )
 
 
 def _text(verdict: Verdict) -> Optional[bytes]:
@@ -284,18 +305,26 @@ class FileContext:
     options: Options
     recorded: Options
     """The options of the last ``apply`` (its manifest's)."""
-    examine: Examine
     originals: Originals
+    judged_ahead: JudgedAhead
+    state_cache: Optional[StateCache] = None
+    """``status``: states alone, from the verdict cache where it can; no patched texts, so nothing is
+    replanned (a patched file is a hash check)."""
     unreadable_state: Optional[str] = None
-    states_only: bool = False
-    """``status``: no patched texts, so nothing is replanned (a patched file is a hash check)."""
 
-    def verdict(self, target: Target, data: bytes) -> Verdict:
+    @property
+    def states_only(self) -> bool:
+        return self.state_cache is not None
+
+    def verdict(self, target: Target, path: str, data: bytes) -> Verdict:
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError:
             return Verdict(State.UNSUPPORTED, "not UTF-8 text")
-        return self.examine(target, source, self.release, self.options)
+        if self.state_cache is not None:
+            return self.state_cache.examine(target, source, self.release, self.options)
+        ahead = self.judged_ahead.verdict(path, source)
+        return ahead if ahead is not None else target.examine(source, self.release, self.options)
 
 
 def _plan_file(context: FileContext, target: Target, path: str, manifested: Optional[FileRecord]) -> FilePlan:
@@ -307,11 +336,11 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         # gate's types follow the files patched with it): status stays a hash check.
         replanned = target.replanned and not context.states_only
         same = context.options == context.recorded and not replanned
-        desired = current if same else _text(context.verdict(target, original))
+        desired = current if same else _text(context.verdict(target, path, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
         reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
         return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
-    verdict = context.verdict(target, current)
+    verdict = context.verdict(target, path, current)
     if verdict.state is State.PATCHED:
         if manifested is not None:
             reason = "changed since vllm-eagle3-patch applied it"

@@ -1,21 +1,18 @@
 """The registry: every place in vLLM this tool patches, as data.
 
-A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry; the plan,
-the verdict cache's fingerprint and the tests iterate :data:`TARGETS`, and the
-speculative-config gate admits :func:`gated_model_types`.  Adding a family is adding an entry
-here (and its tests: ``docs/architecture.md`` has the checklist).
+A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry of :data:`FAMILIES`; a kind
+of change is one entry of :data:`TARGETS`, which the plan, the support tables and the tests iterate, and
+the speculative-config gate admits :func:`gated_model_types`.  Adding a family is adding an entry here (and
+its tests: ``docs/architecture.md`` has the checklist).
 """
 
 from __future__ import annotations
 
 from .codemod.family import Family, Wrapper
 from .codemod.target import Policy, Target
-from .patches.decoder_eagle3 import DecoderTarget
+from .eagle3.release import MODELS
 from .patches.eagle_proposer import EagleProposerTarget
-from .patches.speculative_gate import SpeculativeGateTarget
-from .patches.wrapper_eagle3 import WrapperTarget
-
-MODELS = "model_executor/models"
+from .target_kinds import Found, Gate, ModelFiles, OneFile, TargetKind
 
 DEEPSEEK_V2 = Family(
     "DeepSeek-V2/V3",
@@ -83,28 +80,18 @@ def gated_model_types() -> tuple[str, ...]:
     return (*(t for family in FAMILIES for t in family.model_types), *GATE_ONLY_MODEL_TYPES)
 
 
-def model_targets(discovered: tuple[Family, ...] = ()) -> tuple[Target, ...]:
-    """Each family's model file and wrapper, then the files of the families found by rule
-    (``discovery.py``), one target per file; a file of the registry's families is theirs alone."""
-    targets: list[Target] = [DecoderTarget(family) for family in FAMILIES]
-    targets += [WrapperTarget(family) for family in FAMILIES if family.wrapper is not None]
-    by_path: dict[str, list[Family]] = {}
-    for family in discovered:
-        by_path.setdefault(family.path, []).append(family)
-    owned = {family.path for family in FAMILIES}
-    targets += [DecoderTarget(*families) for path, families in by_path.items() if path not in owned]
-    return tuple(targets)
+TARGETS: tuple[TargetKind, ...] = (ModelFiles(FAMILIES), OneFile(EagleProposerTarget()), Gate(gated_model_types()))
+"""Every kind of change, in the support tables' order: the families' model files (and those of the families found
+by rule), the proposer's fix, the gate (planned after the model files, handed their verdicts).  The plan, the
+support tables and the tests read this list; a new kind of change is one entry here (``target_kinds.py``)."""
 
 
-PROPOSER = EagleProposerTarget()
+def planned_targets(found: Found, after_model_files: bool) -> tuple[Target, ...]:
+    """The targets of the entries planned first, or of those planned after the model files."""
+    return tuple(t for kind in TARGETS if kind.after_model_files is after_model_files for t in kind.targets(found))
 
 
-def gate_target(more_model_types: tuple[str, ...] = ()) -> SpeculativeGateTarget:
-    """The gate, admitting the registry's families and ``more_model_types`` (those found by rule
-    whose files are EAGLE-3 targets on this release)."""
-    types = gated_model_types()
-    return SpeculativeGateTarget((*types, *(t for t in dict.fromkeys(more_model_types) if t not in types)))
-
-
-TARGETS: tuple[Target, ...] = (*model_targets(), PROPOSER, gate_target())
-"""The registry's own targets, without the families found by rule (those depend on the release)."""
+def every_target(found: Found = Found()) -> tuple[Target, ...]:
+    """Every entry's targets; without ``found``, the registry's own (none found by rule, the gate admitting the
+    registry's families)."""
+    return tuple(t for kind in TARGETS for t in kind.targets(found))

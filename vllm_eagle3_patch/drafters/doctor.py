@@ -33,7 +33,7 @@ from .drafter_config import (
     read_config,
     tensor_shapes,
 )
-from .target_model import MODELS, TargetModel, target_model_of
+from .target_model import TargetModel, module_path, target_model_of
 
 LLAMA_DRAFTER = "Eagle3LlamaForCausalLM"
 NATIVE_MLA_DRAFTERS = "vllm>=0.18.0"
@@ -192,13 +192,6 @@ def pipeline_finding(context: Context) -> Finding:
         f"{where}: {model.architecture} does not carry aux states across pipeline ranks: serve it with "
         "--pipeline-parallel-size 1 (vLLM refuses EAGLE-3 over ranks for it)",
     )
-
-
-def module_path(module: str) -> str:
-    """The registry's module (``llama``, or ``vllm.models.x.y`` from 0.30) as a path under ``vllm/``."""
-    if module.startswith("vllm."):
-        return module.removeprefix("vllm.").replace(".", "/") + ".py"
-    return f"{MODELS}/{module}.py"
 
 
 # --------------------------------------------------------------------------- the drafter's shape

@@ -15,7 +15,7 @@ from typing import Optional
 from ..codemod.family import Family
 from ..codemod.target import State
 from ..discovery import model_types
-from ..eagle3.class_chain import ChainReader
+from ..eagle3.class_chain import ChainReader, registry_module
 from ..eagle3.release import PROPOSER
 from ..errors import ToolError
 from ..patches.eagle_proposer import WRAPPER as MEDIA_TOKEN_WRAPPER
@@ -25,7 +25,6 @@ from .drafter_config import ModelConfig, read_config
 from .gate import GateVerdict, gate_verdict, quoted
 
 READY = (State.PATCHED, State.NATIVE)
-MODELS = "model_executor/models"
 
 
 @dataclass(frozen=True)
@@ -151,9 +150,15 @@ def _family_of_type(model_type: str) -> Optional[Family]:
 
 def _family_of(module: Optional[str]) -> tuple[Optional[Family], bool]:
     """The family whose model file or wrapper is ``module``, and whether it is the wrapper."""
+    path = module_path(module) if module is not None else None
     for family in FAMILIES:
-        if family.path == f"{MODELS}/{module}.py":
+        if family.path == path:
             return family, False
-        if family.wrapper is not None and family.wrapper.path == f"{MODELS}/{module}.py":
+        if family.wrapper is not None and family.wrapper.path == path:
             return family, True
     return None, False
+
+
+def module_path(module: str) -> str:
+    """The registry's module (``llama``, or ``vllm.models.x.y`` from 0.30) as a path under ``vllm/``."""
+    return registry_module(module).replace(".", "/") + ".py"

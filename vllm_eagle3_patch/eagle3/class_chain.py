@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .release import GETTERS, MARKER, PROTOCOL, ReadFile
+from .release import MODELS_MODULE as MODELS
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
 """Runs jobs, given their weights, and returns their results in order (``codemod/two_processes.py``)."""
-MODELS = "model_executor.models"
-"""Where the registry's bare module names live (``llama``); newer registries also name ``vllm.models.x``."""
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,15 @@ from typing import Callable, Optional
 ReadFile = Callable[[str], Optional[str]]
 """Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
 
-PACKAGE = "vllm.model_executor.models"
+MODELS = "model_executor/models"
+"""The model files' directory, relative to ``vllm/``."""
+MODELS_MODULE = MODELS.replace("/", ".")
+"""... as a module of ``vllm``: where the registry's bare module names live (``llama``); newer registries
+also name ``vllm.models.x``."""
+PACKAGE = f"vllm.{MODELS_MODULE}"
 """The model files' package, against which their relative ``from .interfaces import ...`` resolves."""
-INTERFACES = "model_executor/models/interfaces.py"
-REGISTRY = "model_executor/models/registry.py"
+INTERFACES = f"{MODELS}/interfaces.py"
+REGISTRY = f"{MODELS}/registry.py"
 RUNNER = "v1/worker/gpu_model_runner.py"
 EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
 MARKER = "vllm-eagle3-patch"

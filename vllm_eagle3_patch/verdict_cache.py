@@ -23,9 +23,10 @@ from functools import cache
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
-from ..eagle3.release import ReadFile, Release
-from ..install.fileio import write_atomically
-from .target import Options, State, Target, Verdict
+from . import patches
+from .codemod.target import Options, State, Target, Verdict
+from .eagle3.release import ReadFile, Release
+from .install.fileio import write_atomically
 
 ENVIRONMENT_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
 T = TypeVar("T")
@@ -42,9 +43,7 @@ def default_directory() -> Optional[Path]:
 def tool_fingerprint() -> str:
     """A hash of every source file that decides a verdict: this package (the registry and its
     codemods included), LibCST's version."""
-    from .. import patches
-
-    package = Path(__file__).parent.parent
+    package = Path(__file__).parent
     sources = [*package.rglob("*.py"), *Path(patches.__path__[0]).glob("*.py")]
     digest = hashlib.sha256()
     libcst = importlib.machinery.PathFinder.find_spec("libcst")  # not find_spec: LibCST stays unimported

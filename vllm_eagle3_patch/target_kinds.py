@@ -1,0 +1,106 @@
+"""Kinds of target: how an entry of the registry (``registry.TARGETS``) becomes the targets of one release.
+
+The plan asks every entry for its targets with what it has found in the release (:class:`Found`), and
+knows nothing of what an entry is.  An entry planned after the model files is handed their verdicts
+(``Found.eagle3``): the gate admits the model types of the families whose files are EAGLE-3 targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Optional, Protocol
+
+from .codemod.family import Family
+from .codemod.target import Target
+from .discovery import Discovery
+from .eagle3.release import Release, admitted_entries
+from .patches.decoder_eagle3 import DecoderTarget
+from .patches.speculative_gate import SpeculativeGateTarget
+from .patches.wrapper_eagle3 import WrapperTarget
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the plan hands an entry of the registry when it asks for its targets."""
+
+    discovery: Discovery = Discovery(())
+    """The families found by rule in the release's own registry, and the architectures upstream serves."""
+    only: Optional[tuple[str, ...]] = None
+    """``apply --only``'s architectures (None: every one)."""
+    release: Optional[Release] = None
+    before_apply: Callable[[str], Optional[str]] = lambda path: None
+    """A file as it was before an earlier ``apply`` patched it (its backup); None where none did."""
+    eagle3: frozenset[str] = frozenset()
+    """Handed to the entries planned after the model files: the families whose files are EAGLE-3 targets
+    (unpatched or patched)."""
+
+
+class TargetKind(Protocol):
+    """An entry of the registry."""
+
+    after_model_files: bool
+    """Planned once the model files are, and handed their verdicts (``Found.eagle3``)."""
+
+    def targets(self, found: Found) -> tuple[Target, ...]:
+        """The targets of this entry, given what the plan found."""
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """Each family's model file and wrapper, then the files of the families found by rule
+    (``discovery.py``), one target per file; a file of ``families`` is theirs alone."""
+
+    families: tuple[Family, ...]
+    after_model_files: ClassVar[bool] = False
+
+    def targets(self, found: Found) -> tuple[Target, ...]:
+        targets: list[Target] = [DecoderTarget(family) for family in self.families]
+        targets += [WrapperTarget(family) for family in self.families if family.wrapper is not None]
+        by_path: dict[str, list[Family]] = {}
+        for family in found.discovery.families:
+            by_path.setdefault(family.path, []).append(family)
+        owned = {family.path for family in self.families}
+        targets += [DecoderTarget(*families) for path, families in by_path.items() if path not in owned]
+        return tuple(targets)
+
+
+@dataclass(frozen=True)
+class OneFile:
+    """A change that is one file, whatever the families (the proposer's fix)."""
+
+    target: Target
+    after_model_files: ClassVar[bool] = False
+
+    def targets(self, found: Found) -> tuple[Target, ...]:
+        return (self.target,)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The speculative-config gate, planned after the model files: it admits ``model_types`` (the registry's
+    families'), the types of the families found by rule whose files are EAGLE-3 targets, and those of the
+    architectures upstream serves with EAGLE-3 (those asked for, with ``--only``).  A partial apply
+    (``--only``) never takes away what an earlier ``apply`` opened the gate to."""
+
+    model_types: tuple[str, ...]
+    after_model_files: ClassVar[bool] = True
+
+    def targets(self, found: Found) -> tuple[Target, ...]:
+        discovery = found.discovery
+        more = [t for family in discovery.families if family.name in found.eagle3 for t in family.model_types]
+        asked = discovery.native if found.only is None else {a: discovery.native.get(a, ()) for a in found.only}
+        more += [t for types in asked.values() for t in types]
+        if found.only is not None:
+            more += _opened_before(found)
+        admitted = (*self.model_types, *(t for t in dict.fromkeys(more) if t not in self.model_types))
+        return (SpeculativeGateTarget(admitted),)
+
+
+def _opened_before(found: Found) -> tuple[str, ...]:
+    """The entries an earlier ``apply`` added to the gate (those of the file beyond its backup's)."""
+    path = found.release.gate_file if found.release else None
+    before = found.before_apply(path) if found.release and path else None
+    if found.release is None or path is None or before is None:
+        return ()
+    kept = set(admitted_entries(before))
+    return tuple(entry for entry in admitted_entries(found.release.read(path) or "") if entry not in kept)

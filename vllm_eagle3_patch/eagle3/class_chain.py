@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from .loop_shapes import decoder_loops, is_staged, loop_shape
+from .loop_shapes import may_be_a_decoder_loop
 from .release import GETTERS, MARKER, PROTOCOL, ReadFile
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
@@ -34,8 +34,9 @@ class ClassInfo:
     holds: tuple[tuple[str, str], ...] = ()
     """What ``__init__`` builds, in order: ``self.model = DeepseekV2Model(...)`` -> ``("model", "DeepseekV2Model")``."""
     loops: bool = False
-    """Whether its own ``forward`` runs a decoder loop (``loop_shapes.py``): it is a decoder, not a class
-    handing the work to one it holds (OPT's ``self.decoder``)."""
+    """Whether its own ``forward`` has a statement where a decoder loop stands, a top-level ``for``
+    (``loop_shapes.py``): it is the decoder, not a class handing the work to one it holds (OPT's
+    ``self.decoder``); whether its loop has one of the shapes is the codemod's to say."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
             tuple(_dotted(base) for base in node.bases if upstream(node) or _dotted(base) != PROTOCOL),
             frozenset(m for m in _methods(node) if upstream(_method(node, m))),
             _built_in_init(node),
-            _runs_a_decoder_loop(node),
+            _forward_loops(node),
         )
         for node in tree.body
         if isinstance(node, ast.ClassDef)
@@ -285,11 +286,7 @@ def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id == "self"
 
 
-def _runs_a_decoder_loop(node: ast.ClassDef) -> bool:
-    """Whether the class's own ``forward`` runs a decoder loop (``loop_shapes.py``)."""
-    forward, init = (_own_function(node, name) for name in ("forward", "__init__"))
-    return forward is not None and bool(decoder_loops(forward.body, loop_shape, lambda: is_staged(init)))
-
-
-def _own_function(node: ast.ClassDef, name: str) -> Optional[ast.FunctionDef]:
-    return next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == name), None)
+def _forward_loops(node: ast.ClassDef) -> bool:
+    """Whether the class's own ``forward`` has a statement that may be a decoder loop (``loop_shapes.py``)."""
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    return forward is not None and any(may_be_a_decoder_loop(statement) for statement in forward.body)

@@ -110,9 +110,16 @@ class LoopMatch:
         return self.pipelined or self.global_id is not None or not staged()
 
 
+def may_be_a_decoder_loop(statement: ast.stmt) -> bool:
+    """Whether a top-level statement of ``forward`` stands where a decoder loop does: a ``for``.  Which class
+    of a model file is the decoder is decided by this alone (``class_chain.py``): whether its loop has one
+    of the shapes is then the codemod's to say, with its reason."""
+    return isinstance(statement, ast.For)
+
+
 def loop_shape(statement: ast.stmt) -> Optional[LoopMatch]:
     """The decoder loop shape ``statement`` has, or None."""
-    if not isinstance(statement, ast.For):
+    if not may_be_a_decoder_loop(statement):
         return None
     for shape in SHAPES:
         for header in shape.headers:

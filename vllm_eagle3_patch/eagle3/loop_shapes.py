@@ -1,12 +1,14 @@
-"""What a decoder loop is: the ``for`` statements that run a model's decoder layers, as one table.
+"""What a decoder loop is: the ``for`` statement that runs a model's decoder layers, and its shapes, as one table.
 
-A model's decoder loop is a top-level statement of its ``forward`` whose shape is one of :data:`SHAPES`;
-in a model with pipeline stages (its ``__init__`` assigns ``self.start_layer``) a loop over all of its
-layers counts only where it numbers them from 0 itself (the hybrid models' form), not a bare
-``for layer in self.layers``.  Each shape is written as the Python it matches, with placeholders
-(:data:`PLACEHOLDERS`), and is matched on the standard library's tree: the class chain reads every model
-file with :mod:`ast` already (``class_chain.py``), and the codemod hands over the one loop it patches
-(``patches/decoder_loop.py``).  Adding a loop shape is one entry of :data:`SHAPES` and its codemod test.
+A model's decoder loop is a top-level ``for`` of its ``forward`` (:func:`may_be_a_decoder_loop`: where the class
+chain looks for the decoder, ``class_chain.py``) whose shape is one of :data:`SHAPES`; in a model with pipeline
+stages (its ``__init__`` assigns ``self.start_layer``) a loop over all of its layers counts only where it numbers
+them from 0 itself (the hybrid models' form), not a bare ``for layer in self.layers``.  Each shape is written as
+the Python it matches, with placeholders (:data:`PLACEHOLDERS`), and matched on the standard library's tree, the
+one parser of this question: the class chain has that tree of every model file, and the codemod
+(``patches/decoder_loop.py``) hands over the one loop it patches, written out (a few hundred microseconds, where
+LibCST over every model file would cost seconds).  Adding a loop shape is one entry of :data:`SHAPES` and its case
+in ``tests/codemods/toy_decoders.py``.
 """
 
 from __future__ import annotations

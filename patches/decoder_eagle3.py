@@ -16,9 +16,8 @@ and correct both, the patched model keeps this codemod's ``forward`` and overrid
 methods of ``SupportsEagle3``, so the protocol's defaults (which expect the mixin) never run.
 
 The loop is found by its shape (``eagle3/loop_shapes.py``'s table), and ``forward`` read around it once
-(``decoder_loop.read_forward``).  Where upstream's loop
-already captures the requested ids (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods),
-only id ``end_layer`` is added.
+(``decoder_loop.read_forward``).  Where upstream's loop already captures the requested ids (Qwen3-Next on
+0.18-0.19, whose causal LM lacks the methods), only id ``end_layer`` is added.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
     assigned,
+    assigns_self_attribute,
     cst,
     find,
     is_attribute,
@@ -104,7 +105,7 @@ def read_forward(model: cst.ClassDef) -> DecoderForward:
     forward = method(model, "forward")
     init = method(model, "__init__")
     body = list(forward.body.body)
-    staged = lambda: loop_shapes.is_staged(_as_ast(init))  # asked only of a loop over all the layers
+    staged = lambda: assigns_self_attribute(init, "start_layer")  # pipeline stages: asked of a loop over all layers
     loops = loop_shapes.decoder_loops(body, loop_shape, staged)
     name = model.name.value
     what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {name}.forward"
@@ -115,16 +116,25 @@ def read_forward(model: cst.ClassDef) -> DecoderForward:
 
 def loop_shape(node: cst.CSTNode) -> Optional[LoopMatch]:
     """The decoder loop shape of ``node`` (``loop_shapes.SHAPES``), or None."""
-    return loop_shapes.loop_shape(_as_ast(node)) if isinstance(node, cst.For) else None  # type: ignore[arg-type]
+    if not isinstance(node, cst.For):
+        return None
+    lines = [s for s in node.body.body if isinstance(s, cst.SimpleStatementLine)]  # what a shape's body line may be
+    read = node.with_changes(body=node.body.with_changes(body=lines or [cst.SimpleStatementLine([cst.Pass()])]))
+    return loop_shapes.loop_shape(_as_ast(read.with_changes(leading_lines=(), orelse=None)))
 
 
 def _as_ast(node: cst.CSTNode) -> ast.stmt:
-    """The standard library's tree of a statement of the codemod's tree (its code written out: a loop, a
-    method), which the shapes are matched on; a statement it cannot parse (newer syntax) is a pass."""
+    """The standard library's tree of a statement of the codemod's tree (a loop), written out: what the
+    shapes are matched on; a statement it cannot parse (newer syntax) is a ``pass``."""
+    parsed = _parsed(cst.Module([]).code_for_node(node))
+    return parsed.body[0] if parsed.body else ast.Pass()
+
+
+def _parsed(code: str) -> ast.Module:
     try:
-        return ast.parse(cst.Module([]).code_for_node(node)).body[0]
+        return ast.parse(code)
     except SyntaxError:
-        return ast.Pass()
+        return ast.Module(body=[], type_ignores=[])
 
 
 def upstream_capture(loop: Loop) -> Optional[str]:

@@ -139,25 +139,10 @@ def decoder_loops(
     statements: Iterable[Statement], shape_of: Callable[[Statement], Optional[LoopMatch]], staged: Callable[[], bool]
 ) -> list[tuple[Statement, LoopMatch]]:
     """The decoder loops among the top-level ``statements`` of a model's ``forward`` (one, where the model
-    is a decoder), each with its shape; ``staged()``: whether the model has pipeline stages."""
+    is a decoder), each with its shape; ``staged()``: whether the model has pipeline stages (its ``__init__``
+    assigns ``self.start_layer``)."""
     found = [(statement, shape_of(statement)) for statement in statements]
     return [(statement, match) for statement, match in found if match is not None and match.runs_the_decoder(staged)]
-
-
-def is_staged(init: Optional[ast.stmt]) -> bool:
-    """Whether the model has pipeline stages: its ``__init__`` assigns ``self.start_layer`` (alone or in a
-    tuple, ``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
-    if init is None:
-        return False
-    for node in ast.walk(init):
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
-        for target in targets:
-            for element in target.elts if isinstance(target, ast.Tuple) else [target]:
-                if isinstance(element, ast.Attribute) and _is_self(element.value) and element.attr == "start_layer":
-                    return True
-    return False
 
 
 def _sole_binding(binds: tuple[str, ...], body: list[ast.stmt], bound: dict[str, str]) -> Optional[dict[str, str]]:

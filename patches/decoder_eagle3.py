@@ -15,9 +15,9 @@ mixin's default ``(2, n // 2, n - 3)`` repeats ids below 7 layers.  Rather than 
 and correct both, the patched model keeps this codemod's ``forward`` and overrides both
 methods of ``SupportsEagle3``, so the protocol's defaults (which expect the mixin) never run.
 
-The loop is found by its shape (``decoder_loop.py`` says which shapes).  Where upstream's loop
-already captures the requested ids (Qwen3-Next on 0.18-0.19, whose causal LM lacks the methods),
-only id ``end_layer`` is added.
+The loop is found by its shape (``eagle3/loop_shapes.py``'s table), and ``forward`` read around it once
+(``decoder_loop.read_forward``).  Where upstream's loop already captures the requested ids (Qwen3-Next on
+0.18-0.19, whose causal LM lacks the methods), only id ``end_layer`` is added.
 """
 
 from __future__ import annotations
@@ -52,18 +52,18 @@ from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
 from vllm_eagle3_patch.codemod.outline import Function
 from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
+from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
 from vllm_eagle3_patch.patches.decoder_loop import (
+    DecoderForward,
     Loop,
-    decoder_loop,
-    enumerates_own_layers,
     final_return,
     fresh,
     hands_on,
-    is_staged,
-    last_layer_index,
     layers_ignoring_the_residual,
+    loop_shape,
+    read_forward,
     residual_stream,
     upstream_capture,
     upstream_capture_statement,
@@ -115,25 +115,26 @@ class DecoderEagle3:
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
-        loop = self.own_loop(model)
-        over_ranks = self.over_ranks(model, loop)
+        forward = self.own_forward(model)
+        over_ranks = self.over_ranks(model, forward)
         if self.with_model:
-            tree = replace_child(tree, model, self.patch_model(model, loop, tree, over_ranks == RELAYED))
+            tree = replace_child(tree, model, self.patch_model(model, forward, tree, over_ranks == RELAYED))
         causal_lm = top_level_class(tree, self.family.causal_lm)
+        loop = forward.loop if forward else None
         tree = replace_child(tree, causal_lm, self.patch_causal_lm(causal_lm, loop, over_ranks, tree))
         if self.protocol:
             tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
         # last, so that a loop the codemod cannot follow is named first
         return share_the_embedding(tree, self.family)
 
-    def own_loop(self, model: cst.ClassDef) -> Optional[Loop]:
-        """The decoder loop of the model's own ``forward``, which this codemod patches; None where the
+    def own_forward(self, model: cst.ClassDef) -> Optional[DecoderForward]:
+        """The model's own ``forward`` around its decoder loop, which this codemod patches; None where the
         model runs another's (``forward_from``, upstream's mixin) or keeps upstream's capture."""
         if self.family.forward_from or self.family.runs_upstream_capture or _collects_global_ids(model):
             return None
-        return decoder_loop(list(method(model, "forward").body.body), self.family.model, is_staged(model))
+        return read_forward(model)
 
-    def over_ranks(self, model: cst.ClassDef, loop: Optional[Loop]) -> OverRanks:
+    def over_ranks(self, model: cst.ClassDef, forward: Optional[DecoderForward]) -> OverRanks:
         """Who will carry the aux states of ids on earlier pipeline ranks: this tool, where the release's
         runner carries them and the forward is this codemod's, over a stage's layers; else why nobody."""
         if self.relay_key is None:
@@ -146,14 +147,13 @@ class DecoderEagle3:
         if self.family.forward_from:
             inherited = f"{name} runs {self.family.forward_from.model}'s forward, which does not carry them"
             return RELAYED if self.inherits_relay else OverRanks.refused(inherited)
-        if loop is None:  # upstream's collecting decoder, kept as it is (own_loop)
+        if forward is None:  # upstream's collecting decoder, kept as it is (own_forward)
             return OverRanks.refused(f"{name} keeps upstream's capture, which does not carry them")
-        body = list(method(model, "forward").body.body)
-        lacking = pipeline_relay.why_not_relayed(model, body, loop.at, last_layer_index(body, loop.at))
+        lacking = pipeline_relay.why_not_relayed(model, forward)
         return RELAYED if lacking is None else OverRanks.refused(lacking)
 
     def patch_model(
-        self, model: cst.ClassDef, loop: Optional[Loop], tree: cst.Module, relays: bool = False
+        self, model: cst.ClassDef, forward: Optional[DecoderForward], tree: cst.Module, relays: bool = False
     ) -> cst.ClassDef:
         """``__init__`` sets the empty ids (unless upstream's does); ``forward`` captures, unless
         it is inherited from ``family.forward_from``'s model, which that family's file patches, or
@@ -174,9 +174,8 @@ class DecoderEagle3:
         if self.family.forward_from is not None:
             _require_inherited_forward(model, self.family.forward_from.model)
         else:
-            assert loop is not None, "own_loop finds the loop of every forward the model runs as its own"
-            forward = method(model, "forward")
-            new_model = replace_child(new_model, forward, self.patch_forward(forward, loop, tree, relays))
+            assert forward is not None, "own_forward reads every forward the model runs as its own"
+            new_model = replace_child(new_model, forward.function, self.patch_forward(forward, tree, relays))
         if relays:
             new_model = _declare(new_model, pipeline_relay.declarations(self.relay_key or ""), tree)
             new_model = add_methods(new_model, pipeline_relay.methods(), tree)
@@ -197,20 +196,17 @@ class DecoderEagle3:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
         return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
 
-    def patch_forward(
-        self, forward: cst.FunctionDef, loop: Loop, tree: cst.Module, relays: bool = False
-    ) -> cst.FunctionDef:
-        """``loop``: the decoder loop of ``forward`` (``own_loop``)."""
-        model = self.family.model
-        body = list(forward.body.body)
+    def patch_forward(self, forward: DecoderForward, tree: cst.Module, relays: bool = False) -> cst.FunctionDef:
+        """``forward`` read around its decoder loop (``own_forward``), capturing."""
+        model, loop = self.family.model, forward.loop
         collected = upstream_capture(loop)
-        taken = names_in(forward) & {AUX, INDEX, WANTED}
+        taken = names_in(forward.function) & {AUX, INDEX, WANTED}
         if taken and collected is None:
             raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
         state = residual_stream(loop, model, self.layers_add_the_residual)
         if collected is not None:
-            return self.take_over_capture(forward, loop, collected, state, tree)
-        last_at = last_layer_index(body, loop.at)
+            return self.take_over_capture(forward, collected, state, tree)
+        body, at, last_at = forward.body, forward.at, forward.last_at
         last = len(body) - 1  # the final return, which may itself call the norm
         returned = final_return(body, model)
         index = loop.global_id or INDEX
@@ -220,13 +216,13 @@ class DecoderEagle3:
         (capture_last,) = statements(f"if {loop.end} in {WANTED}:\n    {AUX}.append({state})\n", tree)
         (early_return,) = statements(f"if {AUX}:\n    return {returned}, {AUX}\n", tree)
         received = [mark(s) for s in statements(pipeline_relay.receive(AUX), tree)] if relays else []
-        between = body[loop.at + 1 : last_at]
+        between = forward.after_loop
         if relays:
             between = [pipeline_relay.send_on(s, AUX) if hands_on(s) else s for s in between]
 
         new_body = [
-            *body[: loop.at],
-            _move_leading_lines(body[loop.at], mark_line(collect)),
+            *forward.before_loop,
+            _move_leading_lines(body[at], mark_line(collect)),
             mark_line(wanted),
             self.capture_in_loop(loop, capture),
             *between,
@@ -236,35 +232,34 @@ class DecoderEagle3:
             _move_leading_lines(body[-1], mark(early_return)) if last_at < last else mark(early_return),
             body[-1].with_changes(leading_lines=()),
         ]
-        return forward.with_changes(body=forward.body.with_changes(body=new_body))
+        return forward.function.with_changes(body=forward.function.body.with_changes(body=new_body))
 
     def take_over_capture(
-        self, forward: cst.FunctionDef, loop: Loop, collected: str, state: str, tree: cst.Module
+        self, forward: DecoderForward, collected: str, state: str, tree: cst.Module
     ) -> cst.FunctionDef:
         """Upstream's own loop already captures requested ids into ``collected`` (Arcee and Step-1 on
         0.17.x, Qwen3-Next on 0.18-0.19, whose causal LMs lack the methods): its capture gives way to this
         tool's, so that the ids mean the same as everywhere (global, and ``end_layer`` the last layer's
         pre-norm output) and every state is one nothing writes into later (upstream's appends the bare
         ``hidden_states`` before the first layer, or adds a ``None`` residual to it)."""
-        body = list(forward.body.body)
-        last_at = last_layer_index(body, loop.at)
+        loop, body, at, last_at = forward.loop, forward.body, forward.at, forward.last_at
         wanted = "self.aux_hidden_state_layers"
         (capture,) = statements(f"if {loop.global_id or INDEX} in {wanted}:\n    {collected}.append({state})\n", tree)
         (capture_last,) = statements(f"if {loop.end} in {wanted}:\n    {collected}.append({state})\n", tree)
-        if loop.global_id is None and INDEX in names_in(forward):
+        if loop.global_id is None and INDEX in names_in(forward.function):
             raise Unrecognised(f"{self.family.model}.forward already uses the name {INDEX!r}")
         upstream = upstream_capture_statement(loop)
         without = loop.node.body.with_changes(body=[s for s in loop.node.body.body if s is not upstream])
         loop_node = self.capture_in_loop(replace(loop, node=loop.node.with_changes(body=without)), capture)
         new_body = [
-            *body[: loop.at],
-            _move_leading_lines(body[loop.at], loop_node),
-            *body[loop.at + 1 : last_at],
+            *forward.before_loop,
+            _move_leading_lines(body[at], loop_node),
+            *forward.after_loop,
             _move_leading_lines(body[last_at], mark(capture_last)),
             body[last_at].with_changes(leading_lines=()),
             *body[last_at + 1 :],
         ]
-        return forward.with_changes(body=forward.body.with_changes(body=new_body))
+        return forward.function.with_changes(body=forward.function.body.with_changes(body=new_body))
 
     def capture_in_loop(self, loop: Loop, capture: cst.BaseStatement) -> cst.For:
         """The capture first in the loop body; ``for layer in X:`` becomes
@@ -306,13 +301,18 @@ def _collects_global_ids(model: cst.ClassDef) -> bool:
         return False
     forward = method(model, "forward")
     captures = find(forward, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
-    loops = [loop for loop in find(forward, cst.For) if enumerates_own_layers(loop.iter)]
+    loops = [loop for loop in find(forward, cst.For) if _numbers_the_stage(loop_shape(loop))]
     if not captures or len(loops) != 1:
         raise Unrecognised(
             f"{model.name.value} inherits {MIXIN}, but its forward does not capture with "
             "self._maybe_add_hidden_state in a loop enumerated from self.start_layer"
         )
     return True
+
+
+def _numbers_the_stage(shape: Optional[LoopMatch]) -> bool:
+    """A loop over the stage's layers whose own name holds their global ids (counted from ``self.start_layer``)."""
+    return shape is not None and shape.pipelined and shape.global_id is not None
 
 
 def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef:

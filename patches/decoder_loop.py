@@ -1,14 +1,9 @@
-"""The decoder loop of a model's ``forward``, found by structure, and what its capture needs to know.
+"""The decoder loop of a model's ``forward``, found in the codemod's tree, and what its capture needs to know.
 
-Which loop runs the decoder layers and under which ids, what the residual stream between two layers
-is, and where the final norm and the return are: read only, from upstream's code; the edits are
-``decoder_eagle3.py``'s.
-
-Four loop shapes are recognised: ``islice(self.layers, self.start_layer, self.end_layer)``,
-``self.layers[self.start_layer:self.end_layer]`` (enumerated with global ids),
-``for i in range(self.start_layer, self.end_layer): layer = self.layers[i]`` and either of the
-first two already ``enumerate``-d from ``self.start_layer`` (``i`` is the id); without pipeline
-stages, a loop over all of ``self.layers`` (``self.h``, ``self.blocks``).
+What a decoder loop is (its shapes) is ``eagle3/loop_shapes.py``'s, read on the standard library's tree of the
+loop; this module reads the model's ``forward`` around it once (:func:`read_forward`): which statement is the
+loop, what the residual stream between two layers is, and where the last layer's output, the non-last ranks'
+hand-on and the return are.  Read only, from upstream's code; the edits are ``decoder_eagle3.py``'s.
 """
 
 from __future__ import annotations
@@ -32,24 +27,37 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.outline import python_tree
 from vllm_eagle3_patch.codemod.target import Unrecognised
+from vllm_eagle3_patch.eagle3 import loop_shapes
+from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 
 
 @dataclass(frozen=True)
 class Loop:
     """The decoder loop of ``forward`` and what the codemod needs to know about it."""
 
-    at: int
-    """Its index in the body of ``forward``."""
     node: cst.For
-    layer: str
-    """The name the layer is bound to (``layer``)."""
-    global_id: Optional[str]
-    """The name already holding the global layer id (range form), or None: enumerate it."""
-    layers: str = "layers"
-    """The attribute holding the decoder layers (``layers``; ``h`` and ``blocks`` in GPT-2-style models)."""
-    pipelined: bool = True
-    """Whether the loop runs this pipeline stage's layers (``self.start_layer`` to ``self.end_layer``);
-    a model without pipeline parallelism runs all of them, and its ids count from 0."""
+    shape: LoopMatch
+
+    @property
+    def layer(self) -> str:
+        """The name the layer is bound to (``layer``)."""
+        return self.shape.layer
+
+    @property
+    def global_id(self) -> Optional[str]:
+        """The name already holding the global layer id, or None: enumerate it."""
+        return self.shape.global_id
+
+    @property
+    def layers(self) -> str:
+        """The attribute holding the decoder layers (``layers``; ``h`` and ``blocks`` in GPT-2-style models)."""
+        return self.shape.layers
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether the loop runs this pipeline stage's layers (``self.start_layer`` to ``self.end_layer``);
+        a model without pipeline parallelism runs all of them, and its ids count from 0."""
+        return self.shape.pipelined
 
     @property
     def start(self) -> str:
@@ -61,139 +69,72 @@ class Loop:
         return "self.end_layer" if self.pipelined else f"len(self.{self.layers})"
 
 
-def is_staged(model: cst.ClassDef) -> bool:
-    """Whether the model has pipeline stages: its ``__init__`` assigns ``self.start_layer`` (alone or in a
-    tuple, ``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
-    return assigns_self_attribute(method(model, "__init__"), "start_layer")
+@dataclass(frozen=True)
+class DecoderForward:
+    """A model's ``forward`` read around its decoder loop, a top-level statement of it: what the capture
+    and the pipeline verdict (``pipeline_relay.py``) read."""
+
+    function: cst.FunctionDef
+    loop: Loop
+    at: int
+    """The loop's index in the body."""
+    last_at: int
+    """Where the stream leaving the last layer is captured (:func:`last_layer_index`)."""
+
+    @property
+    def body(self) -> list[cst.BaseStatement]:
+        return list(self.function.body.body)
+
+    @property
+    def before_loop(self) -> list[cst.BaseStatement]:
+        return self.body[: self.at]
+
+    @property
+    def after_loop(self) -> list[cst.BaseStatement]:
+        """From the loop to the last layer's capture: where a non-last rank hands its stream on."""
+        return self.body[self.at + 1 : self.last_at]
+
+    @property
+    def from_last(self) -> list[cst.BaseStatement]:
+        """From the last layer's capture to the end: the last rank's final norm and the return."""
+        return self.body[self.last_at :]
 
 
-NO_PIPELINE_LAYERS = ("layers", "h", "blocks")
-"""What a loop over all the layers may iterate (``for layer in self.layers``): only these names,
-since without ``self.start_layer`` nothing else says that the loop is the decoder's."""
+def read_forward(model: cst.ClassDef) -> DecoderForward:
+    """``model``'s ``forward`` around its one decoder loop."""
+    forward = method(model, "forward")
+    init = method(model, "__init__")
+    body = list(forward.body.body)
+    staged = lambda: assigns_self_attribute(init, "start_layer")  # pipeline stages: asked of a loop over all layers
+    loops = loop_shapes.decoder_loops(body, loop_shape, staged)
+    name = model.name.value
+    what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {name}.forward"
+    node, shape = only(loops, what)
+    at = body.index(node)
+    return DecoderForward(forward, Loop(node, shape), at, last_layer_index(body, at))  # type: ignore[arg-type]
 
 
-def decoder_loop(body: list[cst.BaseStatement], model: str, staged: bool = False) -> Loop:
-    """``staged``: the model has pipeline stages (``self.start_layer``); a loop over all its layers is
-    then the decoder's only where it numbers them itself from 0 (``for i, layer in enumerate(self.layers)``,
-    the hybrid models' form: global ids), not a bare ``for layer in self.layers``."""
-
-    def is_decoder_loop(statement: cst.BaseStatement) -> bool:
-        loop = _loop_shape(statement) if isinstance(statement, cst.For) else None
-        return loop is not None and (loop.pipelined or not staged or loop.global_id is not None)
-
-    loops = [s for s in body if is_decoder_loop(s)]
-    what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {model}.forward"
-    node: cst.For = only(loops, what)  # type: ignore[assignment]
-    return _loop_shape(node, body.index(node))  # type: ignore[return-value]
-
-
-def _loop_shape(loop: cst.For, at: int = 0) -> Optional[Loop]:
-    """The decoder loop ``loop`` is, or None.
-
-    The iterable is the stage's layers (``islice(self.X, self.start_layer, self.end_layer)``,
-    ``self.X[self.start_layer:self.end_layer]``), all of them (``self.layers``, no pipeline
-    parallelism), either of them ``enumerate``-d, or ``range(self.start_layer, self.end_layer)``
-    with ``layer = self.X[i]`` in the body.  The id is the enumerate's index where it counts from
-    the stage's first layer, else the codemod enumerates the loop itself.
-    """
-    target, iterable = loop.target, loop.iter
-    enumerated = isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) in (1, 2)
-    if enumerated and isinstance(target, cst.Tuple) and len(target.elements) == 2:
-        layers = _own_layers(iterable.args[0].value)  # type: ignore[attr-defined]
-        index, layer = (e.value for e in target.elements)
-        if layers is None or not is_name(layer):
-            return None
-        name, pipelined = layers
-        counts_globally = _counts_from(iterable.args[1:], "self.start_layer" if pipelined else "0")  # type: ignore[attr-defined]
-        global_id = index.value if counts_globally and is_name(index) else None  # type: ignore[attr-defined]
-        return Loop(at, loop, layer.value, global_id, name, pipelined)  # type: ignore[attr-defined]
-    if not isinstance(target, cst.Name):
+def loop_shape(node: cst.CSTNode) -> Optional[LoopMatch]:
+    """The decoder loop shape of ``node`` (``loop_shapes.SHAPES``), or None."""
+    if not isinstance(node, cst.For):
         return None
-    layers = _own_layers(iterable)
-    if layers is not None:
-        return Loop(at, loop, target.value, None, *layers)
-    if _ranges_stage(iterable):
-        index = target.value
-        bindings = [(s, _bound_layers(sole_statement(s), index)) for s in loop.body.body]
-        bound = [(s, name) for s, name in bindings if name is not None]
-        if len(bound) == 1:
-            statement, name = bound[0]
-            return Loop(at, loop, assigned(sole_statement(statement)).value, index, name)  # type: ignore[union-attr]
-    return None
+    lines = [s for s in node.body.body if isinstance(s, cst.SimpleStatementLine)]  # what a shape's body line may be
+    read = node.with_changes(body=node.body.with_changes(body=lines or [cst.SimpleStatementLine([cst.Pass()])]))
+    return loop_shapes.loop_shape(_as_ast(read.with_changes(leading_lines=(), orelse=None)))
 
 
-def _own_layers(iterable: cst.BaseExpression) -> Optional[tuple[str, bool]]:
-    """``(attribute, pipelined)`` where ``iterable`` is ``islice(self.X, self.start_layer, self.end_layer)``,
-    ``self.X[self.start_layer:self.end_layer]`` (pipelined), or ``self.layers`` itself (not), else None."""
-    if isinstance(iterable, cst.Call) and (is_name(iterable.func, "islice") or is_attribute(iterable.func, "islice")):
-        args = [arg.value for arg in iterable.args]
-        stage = len(args) == 3 and is_self_attribute(args[1], "start_layer") and is_self_attribute(args[2], "end_layer")
-        return (_self_attribute(args[0]), True) if stage and _self_attribute(args[0]) else None
-    if isinstance(iterable, cst.Subscript) and len(iterable.slice) == 1:
-        part = iterable.slice[0].slice
-        if (
-            isinstance(part, cst.Slice)
-            and part.step is None
-            and part.lower is not None
-            and part.upper is not None
-            and is_self_attribute(part.lower, "start_layer")
-            and is_self_attribute(part.upper, "end_layer")
-            and _self_attribute(iterable.value)
-        ):
-            return _self_attribute(iterable.value), True
-        return None
-    if any(is_self_attribute(iterable, name) for name in NO_PIPELINE_LAYERS):
-        return iterable.attr.value, False  # type: ignore[attr-defined]
-    return None
+def _as_ast(node: cst.CSTNode) -> ast.stmt:
+    """The standard library's tree of a statement of the codemod's tree (a loop), written out: what the
+    shapes are matched on; a statement it cannot parse (newer syntax) is a ``pass``."""
+    parsed = _parsed(cst.Module([]).code_for_node(node))
+    return parsed.body[0] if parsed.body else ast.Pass()
 
 
-def _self_attribute(node: cst.BaseExpression) -> str:
-    """``X`` of ``self.X``, or the empty string."""
-    if isinstance(node, cst.Attribute) and is_name(node.value, "self"):
-        return node.attr.value
-    return ""
-
-
-def _counts_from(start: list[cst.Arg], expected: str) -> bool:
-    """Whether ``enumerate``'s start argument (none, or ``start=...``) is ``expected``."""
-    if not start:
-        return expected == "0"
-    (arg,) = start
-    if arg.keyword is not None and not is_name(arg.keyword, "start"):
-        return False
-    if expected == "0":
-        return isinstance(arg.value, cst.Integer) and arg.value.value == "0"
-    return is_self_attribute(arg.value, "start_layer")
-
-
-def enumerates_own_layers(iterable: cst.BaseExpression) -> bool:
-    """``enumerate(<the stage's layers>, start=self.start_layer)``: global ids (upstream's loop from 0.18.0)."""
-    if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "enumerate") and len(iterable.args) == 2):
-        return False
-    layers = _own_layers(iterable.args[0].value)
-    return layers is not None and layers[1] and _counts_from(list(iterable.args[1:]), "self.start_layer")
-
-
-def _ranges_stage(iterable: cst.BaseExpression) -> bool:
-    """``range(self.start_layer, self.end_layer)``"""
-    if not (isinstance(iterable, cst.Call) and is_name(iterable.func, "range")):
-        return False
-    args = [arg.value for arg in iterable.args]
-    return len(args) == 2 and is_self_attribute(args[0], "start_layer") and is_self_attribute(args[1], "end_layer")
-
-
-def _bound_layers(statement: Optional[cst.BaseSmallStatement], index: str) -> Optional[str]:
-    """``X`` where the statement is ``<name> = self.X[<index>]``, else None."""
-    if not (is_name(assigned(statement)) and isinstance(statement.value, cst.Subscript)):  # type: ignore[union-attr]
-        return None
-    subscript: cst.Subscript = statement.value  # type: ignore[union-attr,assignment]
-    if (
-        len(subscript.slice) == 1
-        and isinstance(subscript.slice[0].slice, cst.Index)
-        and is_name(subscript.slice[0].slice.value, index)
-    ):
-        return _self_attribute(subscript.value) or None
-    return None
+def _parsed(code: str) -> ast.Module:
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        return ast.Module(body=[], type_ignores=[])
 
 
 def upstream_capture(loop: Loop) -> Optional[str]:

@@ -32,7 +32,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     method,
     replace_node,
 )
-from vllm_eagle3_patch.patches.decoder_loop import is_handing_on
+from vllm_eagle3_patch.patches.decoder_loop import DecoderForward, is_handing_on
 
 OVER_PP = "supports_aux_hidden_states_over_pp"
 SENT_ON = "aux_hidden_states_sent_on"
@@ -69,17 +69,17 @@ RELAYED = OverRanks(Carrier.THIS_TOOL)
 MIXIN_RELAYS = OverRanks(Carrier.UPSTREAMS_MIXIN)
 
 
-def why_not_relayed(model: cst.ClassDef, body: list[cst.BaseStatement], loop_at: int, last_at: int) -> Optional[str]:
-    """None where ``model``'s forward (``body``, its loop at ``loop_at``, the last layer's capture at ``last_at``)
-    can carry aux states across ranks, else what it lacks (the setter's refusal says it)."""
-    forward = method(model, "forward")
-    parameters = [p.name.value for p in (*forward.params.params, *forward.params.kwonly_params)]
+def why_not_relayed(model: cst.ClassDef, forward: DecoderForward) -> Optional[str]:
+    """None where ``model``'s ``forward`` (read around its decoder loop) can carry aux states across ranks,
+    else what it lacks (the setter's refusal says it)."""
+    params = forward.function.params
+    parameters = [p.name.value for p in (*params.params, *params.kwonly_params)]
     if PARAMETER not in parameters:
         return f"{model.name.value}.forward takes no {PARAMETER}"
     if not assigns_self_attribute(method(model, "__init__"), "config"):
         return f"{model.name.value} keeps no self.config, by whose hidden_size the runner reserves their slots"
-    sending = _sending_returns(body[loop_at + 1 : last_at])
-    if len(sending) != 1 or _sending_returns([*body[:loop_at], *body[last_at:]]):
+    sending = _sending_returns(forward.after_loop)
+    if len(sending) != 1 or _sending_returns([*forward.before_loop, *forward.from_last]):
         return f"{model.name.value}.forward has not one return IntermediateTensors(...) between its loop and its norm"
     return None
 

@@ -141,7 +141,7 @@ HARMLESS = [
 ]
 REFUSED = [duplicate_model_class, remove_loop, nest_loop]
 """A renamed norm is no longer refused: the last layer's output is then captured right after the loop
-(``tests/codemods/test_decoder_shapes.py`` runs that shape)."""
+(``tests/codemods/test_decoder_loop.py`` runs that shape)."""
 
 
 # ---------------------------------------------------------------- running the patched forward

@@ -2,100 +2,35 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import types
 
 import libcst as cst
 import pytest
 from as_codemod import as_codemod
+from decoder_sources import (
+    CHILD,
+    CHILD_SOURCE,
+    ISLICE_LOOP,
+    MIXIN_RUNNER,
+    NORM_TAIL,
+    RUNNER_WITH_EAGLE3,
+    TOY,
+    patch,
+    reader,
+    source,
+)
 from libcst.codemod import CodemodTest
+from toy_decoders import IMPORT, LOOPS, Eagle3, load, toy_family, toy_source
 from wrapper_sources import WRAPPER_SOURCE
 
-from vllm_eagle3_patch.codemod.family import Family, Wrapper
+from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State
-from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
+from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
-
-TOY = Family(
-    "Toy",
-    "model_executor/models/toy.py",
-    "ToyModel",
-    "ToyForCausalLM",
-    ("toy",),
-    wrapper=Wrapper("model_executor/models/toy_mm.py", "ToyForConditionalGeneration"),
-)
-
-MODEL_TEMPLATE = """\
-{imports}
-
-
-class ToyModel(nn.Module):
-
-    def __init__(self, config):
-        super().__init__()
-        self.embed_tokens = make_embedding(config)
-        self.layers = make_layers(config)
-
-    def forward(self, positions, intermediate_tensors):
-        hidden_states, residual = intermediate_tensors
-{loop}
-
-{tail}
-
-
-class ToyForCausalLM({bases}):
-
-    def forward(self, x):
-        return self.model(x)
-"""
-
-ISLICE_LOOP = """\
-        for layer in islice(self.layers, self.start_layer, self.end_layer):
-            hidden_states, residual = layer(positions, hidden_states, residual)"""
-
-RANGE_LOOP = """\
-        for i in range(self.start_layer, self.end_layer):
-            layer = self.layers[i]
-            hidden_states, residual = layer(hidden_states, positions, residual)"""
-
-SLICE_LOOP = """\
-        for layer in self.layers[self.start_layer:self.end_layer]:
-            hidden_states, residual = layer(
-                positions,
-                hidden_states,
-                residual,
-                **kwargs,
-            )"""
-
-NORM_TAIL = """\
-        if not get_pp_group().is_last_rank:
-            return IntermediateTensors(hidden_states, residual)
-
-        hidden_states, _ = self.norm(hidden_states, residual)
-        return hidden_states"""
-
-NORM_IN_ELSE_TAIL = """\
-        if not get_pp_group().is_last_rank:
-            return IntermediateTensors(hidden_states, residual)
-        else:
-            if residual is None:
-                hidden_states = self.norm(hidden_states)
-            else:
-                hidden_states, _ = self.norm(hidden_states, residual)
-        return hidden_states"""
-
-
-def source(
-    imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, tail=NORM_TAIL, bases="nn.Module, SupportsPP"
-):
-    return MODEL_TEMPLATE.format(imports=imports, loop=loop, tail=tail, bases=bases)
-
-
-def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
-    return DecoderEagle3(TOY, protocol=protocol, aux_layers=aux_layers).transform_module(cst.parse_module(code)).code
 
 
 def methods_as_added(decoder: str = "self.model") -> str:
@@ -159,34 +94,6 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
         )
         self.assertCodemod(source(), after, TOY)
 
-    def test_range_loop_uses_its_own_index(self) -> None:
-        after = patch(source(loop=RANGE_LOOP))
-        assert (
-            "        for i in range(self.start_layer, self.end_layer):\n"
-            "            if i in aux_layer_ids:  # vllm-eagle3-patch\n"
-            "                aux_hidden_states.append(hidden_states.clone() if residual is None else hidden_states + residual)\n"
-            "            layer = self.layers[i]\n"
-        ) in after
-        assert "enumerate" not in after and "aux_layer_idx" not in after
-
-    def test_slice_loop_with_a_multi_line_call(self) -> None:
-        after = patch(source(loop=SLICE_LOOP))
-        assert (
-            "for aux_layer_idx, layer in enumerate(self.layers[self.start_layer:self.end_layer], "
-            "start=self.start_layer):  # vllm-eagle3-patch"
-        ) in after
-        assert "                **kwargs,\n            )\n" in after
-
-    def test_norm_inside_an_else_branch(self) -> None:
-        """The last-rank norm under ``else:`` (Bailing MoE 0.17): the final capture goes before that statement."""
-        after = patch(source(tail=NORM_IN_ELSE_TAIL))
-        capture = after.index("if self.end_layer in aux_layer_ids:")
-        assert capture < after.index("if not get_pp_group().is_last_rank:") < after.index("if aux_hidden_states:")
-        assert after.index("if not get_pp_group().is_last_rank:") < after.index(
-            "hidden_states = self.norm(hidden_states)"
-        )
-        compile(after, "<patched>", "exec")
-
     def test_without_protocol_only_methods_are_added(self) -> None:
         after = patch(source(), protocol=False)
         assert "SupportsEagle3" not in after
@@ -196,35 +103,6 @@ class ToyForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagle3-patc
         after = patch(source(), aux_layers=(1, 5, 9))
         assert "layers = (1, 5, 9)  # vllm-eagle3-patch apply --aux-layers" in after
         assert "must lie in 0..{num_layers}" in after
-
-    def test_a_decoder_outside_self_model_is_shown_to_the_proposer_as_model(self) -> None:
-        """vLLM's EAGLE proposer takes the target's embedding from ``self.model``: a read-only ``model``
-        hands it the decoder kept elsewhere, registering no second module."""
-        family = Family("Toy", TOY.path, "ToyModel", "ToyForCausalLM", ("toy",), decoder="self.backbone")
-        after = DecoderEagle3(family).transform_module(cst.parse_module(source())).code
-        causal_lm = after[after.index("class ToyForCausalLM") :]
-        assert "    @property\n    def model(self):  # vllm-eagle3-patch\n" in causal_lm, causal_lm
-        assert "        return self.backbone\n" in causal_lm
-        compile(after, "<patched>", "exec")
-
-
-def test_slice_loop_and_four_argument_call_keep_their_names():
-    loop = """\
-        for block in self.layers[self.start_layer:self.end_layer]:
-            h, r = block(positions, h, r, llama_4_scaling)"""
-    code = source(loop=loop).replace("hidden_states, residual = intermediate_tensors", "h, r = intermediate_tensors")
-    code = code.replace("self.norm(hidden_states, residual)", "self.norm(h, r)").replace(
-        "return hidden_states\n\n\nclass", "return h\n\n\nclass"
-    )
-    code = code.replace("hidden_states, _ = self.norm", "h, _ = self.norm")
-    out = patch(code)
-    assert (
-        "for aux_layer_idx, block in enumerate(self.layers[self.start_layer:self.end_layer], start=self.start_layer):"
-        in out
-    )
-    assert "aux_hidden_states.append(h.clone() if r is None else h + r)" in out
-    assert "return h, aux_hidden_states" in out
-    compile(out, "patched", "exec")
 
 
 @pytest.mark.parametrize(
@@ -273,28 +151,6 @@ def test_comments_above_the_loop_stay_above_the_new_lines():
 
 
 REFUSED = [
-    pytest.param(source(loop="        pass"), "a loop over self.layers", id="no-loop"),
-    pytest.param(source(loop=ISLICE_LOOP + "\n" + ISLICE_LOOP), "a loop over self.layers", id="two-loops"),
-    pytest.param(
-        source(loop=ISLICE_LOOP.replace("self.start_layer, self.end_layer", "0, self.end_layer")),
-        "a loop over self.layers",
-        id="loop-from-zero",
-    ),
-    pytest.param(
-        source(loop=RANGE_LOOP.replace("            layer = self.layers[i]\n", "")),
-        "a loop over self.layers",
-        id="range-without-layer",
-    ),
-    pytest.param(
-        source(loop=RANGE_LOOP.replace("hidden_states, residual = layer", "hidden_states, i = layer")),
-        "assigns the loop's index",
-        id="range-index-reassigned",
-    ),
-    pytest.param(
-        source(tail=NORM_TAIL.replace("return hidden_states", "return hidden_states, residual")),
-        "to end with `return <hidden states>`",
-        id="returns-a-pair",
-    ),
     pytest.param(
         source(loop=ISLICE_LOOP.replace("hidden_states, residual = layer", "aux_hidden_states, residual = layer")),
         "already uses the name 'aux_hidden_states'",
@@ -316,6 +172,7 @@ REFUSED = [
         id="ids-name-taken",
     ),
 ]
+
 
 MIXIN_LOOP = """\
         aux_hidden_states = self._maybe_add_hidden_state([], 0, hidden_states, residual)
@@ -373,21 +230,6 @@ def test_a_mixin_decoder_with_local_ids_is_refused():
     local = MIXIN_SOURCE.replace(", start=self.start_layer)", ")")
     verdict = DecoderTarget(TOY).examine(local, reader(runner=MIXIN_RUNNER), Options())
     assert verdict.state is State.UNSUPPORTED and "enumerated from self.start_layer" in verdict.reason
-
-
-RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"
-MIXIN_RUNNER = f"layers = model.{DEFAULT_GETTER}()\n{RUNNER_WITH_EAGLE3}"
-"""A runner shaped like 0.18.0's and later: it asks SupportsEagle3's default ids by their new name."""
-INTERFACES_WITH_PROTOCOL = "class SupportsEagle3(Protocol):\n    pass\n"
-
-
-def reader(runner=RUNNER_WITH_EAGLE3, interfaces=INTERFACES_WITH_PROTOCOL, **files):
-    known = {
-        "v1/worker/gpu_model_runner.py": runner,
-        "model_executor/models/interfaces.py": interfaces,
-        **{TOY.path if name == "model" else name: text for name, text in files.items()},
-    }
-    return Release(Path("/nowhere"), known.get)
 
 
 @pytest.mark.parametrize(("code", "reason"), REFUSED)
@@ -553,39 +395,6 @@ class TestUpstreamCollectingForward(CodemodTest):
         self.assertCodemod(before, after, TOY)
 
 
-def test_enumerated_loop_without_upstream_capture_keeps_its_index() -> None:
-    """``for i, layer in enumerate(<own layers>, start=self.start_layer)``: ``i`` is the global id."""
-    loop = UPSTREAM_COLLECTING_LOOP.split("        for ", 1)[1].split("            if layer_idx", 1)[0]
-    after = patch(
-        source(loop="        for " + loop + "            hidden_states, residual = layer(hidden_states, residual)")
-    )
-    assert "            if layer_idx in aux_layer_ids:  # vllm-eagle3-patch\n" in after
-    assert "aux_layer_idx" not in after
-
-
-CHILD = Family(
-    "Toy child", "model_executor/models/toy_child.py", "ChildModel", "ChildForCausalLM", (), forward_from=TOY
-)
-
-CHILD_SOURCE = """\
-from .interfaces import SupportsPP
-from .toy import ToyModel
-
-
-class ChildModel(ToyModel):
-
-    def __init__(self, config):
-        super(ToyModel, self).__init__()
-        self.layers = make_layers(config)
-
-
-class ChildForCausalLM(nn.Module, SupportsPP):
-
-    def forward(self, x):
-        return self.model(x)
-"""
-
-
 class TestInheritedForward(CodemodTest):
     TRANSFORM = as_codemod(DecoderEagle3)
 
@@ -639,121 +448,33 @@ def test_an_inherited_forward_follows_its_family(code, model, state, reason):
 
 # --------------------------------------------------------------------------- across pipeline ranks (0.30.0+)
 
-KEY = "aux_hidden_states_"
 
-
-def relaying(code: str, relay_key: str | None = KEY) -> str:
-    return DecoderEagle3(TOY, relay_key=relay_key).transform_module(cst.parse_module(code)).code
-
-
-def with_config(code: str) -> str:
-    return code.replace(
-        "        self.layers = make_layers(config)\n",
-        "        self.config = config\n        self.layers = make_layers(config)\n",
-        1,
+@pytest.mark.parametrize("shape", ["pair-islice", "single-h-gpt2", "no-pipeline-single"])
+def test_the_methods_reach_the_decoder_under_its_own_attributes(shape):
+    """``self.model.h``, ``self.model.layers``; no pipeline check where there is no stage."""
+    decoder = "model"
+    patched = DecoderEagle3(toy_family(f"self.{decoder}"), protocol=False, getter="get_ids").transform_module(
+        cst.parse_module(toy_source(shape, decoder))
     )
+    namespace = load(patched.code)
+    causal_lm = object.__new__(namespace["ToyForCausalLM"])
+    inner = types.SimpleNamespace(start_layer=0, aux_hidden_state_layers=())
+    setattr(inner, LOOPS[shape][4], [None] * 61)
+    setattr(causal_lm, decoder, inner)
+    causal_lm.set_aux_hidden_state_layers((1, 2, 3))
+    assert inner.aux_hidden_state_layers == (1, 2, 3)
+    assert causal_lm.get_ids() == (2, 30, 58)
+    assert ("start_layer" in patched.code) == (shape != "no-pipeline-single")
 
 
-def test_a_decoder_of_the_usual_shape_carries_its_aux_states_across_ranks() -> None:
-    """Where the release's runner relays aux states: the decoder declares it as upstream's opted-in models
-    do, a non-last rank sends its captures on, the last one puts the earlier ranks' first, and the setter
-    counts the ids captured upstream instead of refusing them."""
-    after = relaying(with_config(source()))
-    model = after[after.index("class ToyModel") : after.index("class ToyForCausalLM")]
-    assert (
-        "class ToyModel(nn.Module):\n"
-        "    supports_aux_hidden_states_over_pp = True  # vllm-eagle3-patch\n"
-        '    AUX_HIDDEN_STATE_KEY = "aux_hidden_states_"  # vllm-eagle3-patch\n'
-    ) in model
-    assert (
-        "            return self.aux_hidden_states_sent_on(IntermediateTensors(hidden_states, residual), "
-        "aux_hidden_states)  # vllm-eagle3-patch\n"
-    ) in model
-    received = model.index("if self._aux_upstream_total_cached:  # vllm-eagle3-patch")
-    assert model.index("hidden_states, _ = self.norm(") < received < model.index("if aux_hidden_states:")
-    assert "def aux_hidden_states_received(self, intermediate_tensors) -> list:  # vllm-eagle3-patch" in model
-    causal_lm = after[after.index("class ToyForCausalLM") :]
-    assert "decoder._aux_slot_base_cached = len(upstream)" in causal_lm and "lies on pipeline rank" not in causal_lm
-    compile(after, "<patched>", "exec")
-
-
-@pytest.mark.parametrize(
-    ("code", "reason"),
-    [
-        pytest.param(source(), "ToyModel keeps no self.config, by whose hidden_size", id="no-config"),
-        pytest.param(
-            with_config(source(tail=NORM_IN_ELSE_TAIL)),
-            "ToyModel.forward has not one return IntermediateTensors(...) between its loop and its norm",
-            id="norm-beside-the-send",
-        ),
-        pytest.param(
-            with_config(source()).replace("intermediate_tensors", "sent"), "ToyModel.forward takes no", id="no-param"
-        ),
-    ],
-)
-def test_a_decoder_that_cannot_carry_them_refuses_ids_of_earlier_ranks_saying_why(code: str, reason: str) -> None:
-    after = relaying(code)
-    assert "supports_aux_hidden_states_over_pp" not in after and "aux_hidden_states_sent_on" not in after
-    assert "lies on pipeline rank" in after and reason in after
-    compile(after, "<patched>", "exec")
-
-
-def test_before_the_release_relays_the_setter_names_vllms_limit() -> None:
-    after = relaying(with_config(source()), relay_key=None)
-    assert "supports_aux_hidden_states_over_pp" not in after
-    assert '"this vLLM sends no aux hidden states across ranks: serve with --pipeline-parallel-size 1 "' in after
-
-
-def test_the_release_says_where_its_runner_relays(tmp_path: Path) -> None:
-    """``Eagle3Interface.relay_key``: read from model runner V2's helpers and the mixin's key, never assumed."""
-    package = tmp_path / "vllm"
-    (package / "v1/worker").mkdir(parents=True)
-    (package / "model_executor/models").mkdir(parents=True)
-    (package / "v1/worker/gpu_model_runner.py").write_text("model.set_aux_hidden_state_layers(x)\n")
-    interfaces = package / "model_executor/models/interfaces.py"
-    interfaces.write_text(
-        'class SupportsEagle3:\n    pass\nclass M:\n    AUX_HIDDEN_STATE_KEY: ClassVar[str] = "aux_"\n'
-    )
-    assert Release(package).interface.relay_key is None
-    relay = package / "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
-    relay.parent.mkdir(parents=True)
-    relay.write_text("def aux_hidden_state_relay_keys(model):\n    pass\n")
-    assert Release(package).interface.relay_key == "aux_"
-
-
-RELAYING_RELEASE = {
-    "interfaces": INTERFACES_WITH_PROTOCOL
-    + '\nclass EagleModelMixin:\n    AUX_HIDDEN_STATE_KEY: ClassVar[str] = "aux_"\n',
-    "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py": "def aux_hidden_state_relay_keys(model):\n    pass\n",
-}
-
-
-@pytest.mark.parametrize(
-    ("parent", "relays"),
-    [pytest.param(with_config(source()), True, id="parent-relays"), pytest.param(source(), False, id="parent-cannot")],
-)
-def test_a_model_running_its_parents_forward_relays_as_the_parent_does(parent: str, relays: bool) -> None:
-    """A subclass running a patched forward of another file (LongCat-Flash's n-gram model) gets the relaying
-    setter only where that file's patch makes the forward carry aux states across ranks."""
-    release = reader(model=parent, **RELAYING_RELEASE)
-    verdict = DecoderTarget(CHILD).examine(CHILD_SOURCE, release, Options())
+def test_two_causal_lms_holding_one_model_patch_it_once():
+    target = DecoderTarget(toy_family(), toy_family(causal_lm="ToyChatForCausalLM"))
+    verdict = target.examine(toy_source("pair-islice"), reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
-    child = verdict.patched or ""
-    assert ("decoder._aux_slot_base_cached = len(upstream)" in child) is relays
-    assert ("ChildModel runs ToyModel's forward, which does not carry them" in child) is not relays
-
-
-def test_a_model_running_upstreams_mixin_forward_takes_the_mixins_setter() -> None:
-    """``Glm4Model(LlamaModel)`` on 0.30.0+: upstream's forward captures and lays out its own pipeline slots;
-    the patched causal LM hands the ids to the mixin's setter, which does both, and vLLM's check reads the
-    upstream class's flag."""
-    family = Family("Toy", TOY.path, "ChildModel", "ChildForCausalLM", ("toy",), runs_upstream_capture=True)
-    code = CHILD_SOURCE.replace("class ChildModel(ToyModel):", "class ChildModel(LlamaModel):")
-    after = DecoderEagle3(family, relay_key=KEY).transform_module(cst.parse_module(code)).code
-    setter = after[
-        after.index("def set_aux_hidden_state_layers") : after.index("def get_eagle3_aux_hidden_state_layers")
-    ]
-    assert "self.model._set_aux_hidden_state_layers(layers)  # upstream's EagleModelMixin" in setter
-    assert "lies on pipeline rank" not in setter
-    before_relays = DecoderEagle3(family).transform_module(cst.parse_module(code)).code
-    assert "lies on pipeline rank" in before_relays and "_set_aux_hidden_state_layers" not in before_relays
+    code = verdict.patched
+    assert code.count("aux_layer_ids = self.aux_hidden_state_layers") == 1
+    assert code.count(IMPORT) == 1
+    namespace = load(code.replace(IMPORT, ""), Eagle3)
+    for causal_lm in ("ToyForCausalLM", "ToyChatForCausalLM"):
+        assert Eagle3 in namespace[causal_lm].__mro__
+        assert "set_aux_hidden_state_layers" in vars(namespace[causal_lm])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 from as_codemod import as_codemod
+from decoder_sources import TOY, patch, reader, source
 from libcst.codemod import CodemodTest
-from test_decoder_eagle3_codemod import TOY, patch, reader, source
 from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.target import Options, Policy, State

@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+from .loop_shapes import may_be_a_decoder_loop
 from .release import GETTERS, MARKER, PROTOCOL, ReadFile
 from .release import MODELS_MODULE as MODELS
 
@@ -32,7 +33,9 @@ class ClassInfo:
     holds: tuple[tuple[str, str], ...] = ()
     """What ``__init__`` builds, in order: ``self.model = DeepseekV2Model(...)`` -> ``("model", "DeepseekV2Model")``."""
     loops: bool = False
-    """Whether its own ``forward`` has a ``for`` loop at its top level (a decoder's, perhaps)."""
+    """Whether its own ``forward`` has a statement where a decoder loop stands, a top-level ``for``
+    (``loop_shapes.py``): it is the decoder, not a class handing the work to one it holds (OPT's
+    ``self.decoder``); whether its loop has one of the shapes is the codemod's to say."""
 
 
 @dataclass(frozen=True)
@@ -283,5 +286,6 @@ def _is_self(node: ast.expr) -> bool:
 
 
 def _forward_loops(node: ast.ClassDef) -> bool:
+    """Whether the class's own ``forward`` has a statement that may be a decoder loop (``loop_shapes.py``)."""
     forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
-    return forward is not None and any(isinstance(s, ast.For) for s in forward.body)
+    return forward is not None and any(may_be_a_decoder_loop(statement) for statement in forward.body)

@@ -15,9 +15,10 @@ import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-import environments
 import pytest
-from conftest import run_inside, run_on
+from helpers import environments
+from helpers.cli import run_on
+from helpers.inner_suite import run_inside
 
 from vllm_eagle3_patch.codemod.target import State
 from vllm_eagle3_patch.eagle3.release import module_name

@@ -6,11 +6,21 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-from as_codemod import as_codemod
+from helpers.as_codemod import as_codemod
+from helpers.toy_family import (
+    INTERFACES_WITH_PROTOCOL,
+    ISLICE_LOOP,
+    NORM_TAIL,
+    RUNNER_WITH_EAGLE3,
+    TOY,
+    WRAPPER_SOURCE,
+    patch,
+    reader,
+    source,
+)
 from libcst.codemod import CodemodTest
-from wrapper_sources import WRAPPER_SOURCE
 
-from vllm_eagle3_patch.codemod.family import Family, Wrapper
+from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
@@ -18,43 +28,6 @@ from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
-
-TOY = Family(
-    "Toy",
-    "model_executor/models/toy.py",
-    "ToyModel",
-    "ToyForCausalLM",
-    ("toy",),
-    wrapper=Wrapper("model_executor/models/toy_mm.py", "ToyForConditionalGeneration"),
-)
-
-MODEL_TEMPLATE = """\
-{imports}
-
-
-class ToyModel(nn.Module):
-
-    def __init__(self, config):
-        super().__init__()
-        self.embed_tokens = make_embedding(config)
-        self.layers = make_layers(config)
-
-    def forward(self, positions, intermediate_tensors):
-        hidden_states, residual = intermediate_tensors
-{loop}
-
-{tail}
-
-
-class ToyForCausalLM({bases}):
-
-    def forward(self, x):
-        return self.model(x)
-"""
-
-ISLICE_LOOP = """\
-        for layer in islice(self.layers, self.start_layer, self.end_layer):
-            hidden_states, residual = layer(positions, hidden_states, residual)"""
 
 RANGE_LOOP = """\
         for i in range(self.start_layer, self.end_layer):
@@ -70,13 +43,6 @@ SLICE_LOOP = """\
                 **kwargs,
             )"""
 
-NORM_TAIL = """\
-        if not get_pp_group().is_last_rank:
-            return IntermediateTensors(hidden_states, residual)
-
-        hidden_states, _ = self.norm(hidden_states, residual)
-        return hidden_states"""
-
 NORM_IN_ELSE_TAIL = """\
         if not get_pp_group().is_last_rank:
             return IntermediateTensors(hidden_states, residual)
@@ -86,16 +52,6 @@ NORM_IN_ELSE_TAIL = """\
             else:
                 hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states"""
-
-
-def source(
-    imports="from .interfaces import SupportsPP", loop=ISLICE_LOOP, tail=NORM_TAIL, bases="nn.Module, SupportsPP"
-):
-    return MODEL_TEMPLATE.format(imports=imports, loop=loop, tail=tail, bases=bases)
-
-
-def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
-    return DecoderEagle3(TOY, protocol=protocol, aux_layers=aux_layers).transform_module(cst.parse_module(code)).code
 
 
 def methods_as_added(decoder: str = "self.model") -> str:
@@ -375,19 +331,8 @@ def test_a_mixin_decoder_with_local_ids_is_refused():
     assert verdict.state is State.UNSUPPORTED and "enumerated from self.start_layer" in verdict.reason
 
 
-RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"
 MIXIN_RUNNER = f"layers = model.{DEFAULT_GETTER}()\n{RUNNER_WITH_EAGLE3}"
 """A runner shaped like 0.18.0's and later: it asks SupportsEagle3's default ids by their new name."""
-INTERFACES_WITH_PROTOCOL = "class SupportsEagle3(Protocol):\n    pass\n"
-
-
-def reader(runner=RUNNER_WITH_EAGLE3, interfaces=INTERFACES_WITH_PROTOCOL, **files):
-    known = {
-        "v1/worker/gpu_model_runner.py": runner,
-        "model_executor/models/interfaces.py": interfaces,
-        **{TOY.path if name == "model" else name: text for name, text in files.items()},
-    }
-    return Release(Path("/nowhere"), known.get)
 
 
 @pytest.mark.parametrize(("code", "reason"), REFUSED)

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import libcst as cst
 import pytest
-from test_decoder_eagle3_codemod import reader
+from helpers.toy_family import reader
 
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State

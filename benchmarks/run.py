@@ -4,11 +4,11 @@
     python benchmarks/run.py [--runs N] [--version 0.33.0] [--forward-version 0.17.1] [--json] [--check]
 
 Run it with the interpreter that has this tool installed (``pip install -e '.[test]'``).  On a
-private copy of a real vLLM release (``tests/wheel_corpus.py``, cached) it measures, side by side
+private copy of a real vLLM release (``tests/helpers/wheel_corpus.py``, cached) it measures, side by side
 and interleaved so that background load hits every figure alike:
 
 1. the baseline: the whole-process wall time of importing ``vllm.model_executor.models.deepseek_v2``
-   in the cached CPU interpreter (``tests/environments.py`` builds it), the tree first on PYTHONPATH;
+   in the cached CPU interpreter (``tests/helpers/environments.py`` builds it), the tree first on PYTHONPATH;
 2. the whole-process wall time of ``apply`` (a fresh unpatched copy each run), ``status`` on a
    patched tree, on an unpatched tree judged before and on one seen for the first time, ``diff``
    and ``revert``, each also as a ratio to (1);
@@ -85,9 +85,9 @@ def tests_importable() -> None:
 
 
 def release_tree(version: str) -> Path:
-    """The cached extracted release (``tests/wheel_corpus.py`` downloads it on first use)."""
+    """The cached extracted release (``tests/helpers/wheel_corpus.py`` downloads it on first use)."""
     tests_importable()
-    import wheel_corpus
+    from helpers import wheel_corpus
 
     return wheel_corpus.release_tree(version)
 
@@ -95,10 +95,10 @@ def release_tree(version: str) -> Path:
 def cpu_interpreter(version: str) -> Path:
     """The cached interpreter with CPU torch and vLLM's pure-Python requirements.
 
-    Built by ``tests/environments.py``, as for the test suite, so both share one cache entry.
+    Built by ``tests/helpers/environments.py``, as for the test suite, so both share one cache entry.
     """
     tests_importable()
-    import environments
+    from helpers import environments
 
     return environments.python_for(version)
 

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_on as cli
-from conftest import tree_digest
+from helpers.bytes_on_disk import tree_digest
+from helpers.cli import run_on as cli
 
 from vllm_eagle3_patch.discovery import model_types
 from vllm_eagle3_patch.drafters.architectures import VERDICTS

@@ -12,8 +12,9 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import record_mismatches, run_cli, tree_digest
-from lifting import lift_method
+from helpers.bytes_on_disk import record_mismatches, tree_digest
+from helpers.cli import run_cli
+from helpers.lifting import lift_method
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
 GATE = "config/speculative.py"

@@ -12,7 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_cli, tree_digest
+from helpers.bytes_on_disk import tree_digest
+from helpers.cli import run_cli
 
 FIELD = "eagle_aux_hidden_state_layer_ids"
 DEEPSEEK_V3 = {

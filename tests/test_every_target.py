@@ -15,15 +15,15 @@ import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-import environments
 import pytest
-from conftest import run_inside, run_on
+from helpers import environments
+from helpers.cli import run_on
+from helpers.inner_suite import families_of, run_inside
 
 from vllm_eagle3_patch.codemod.target import State
 from vllm_eagle3_patch.eagle3.release import module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import make_plan
-from vllm_eagle3_patch.registry import FAMILIES
 
 RELEASES = {
     "0.17.1": lambda: environments.engine_python("2.10.0"),  # Qwen3.5's file imports torchvision
@@ -38,7 +38,7 @@ def patched_decoders(package_dir: Path) -> list[dict]:
     plan = make_plan(from_package_dir(package_dir), states_only=True)
     patched = {f.path for f in plan.files if f.state is State.PATCHED}
     decoders: dict[tuple[str, str], dict] = {}
-    for family in (*FAMILIES, *plan.discovery.families):
+    for family in families_of(plan):
         if family.path in patched:
             entry = decoders.setdefault(
                 (family.path, family.model),

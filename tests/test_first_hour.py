@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import python_with_path_entries, record_mismatches, run_cli, status_of
-from conftest import run_on as cli
+from helpers.bytes_on_disk import record_mismatches
+from helpers.cli import run_cli, status_of
+from helpers.cli import run_on as cli
+from helpers.environments import python_with_path_entries
 
 from vllm_eagle3_patch.registry import DEEPSEEK_V2, FAMILIES
 

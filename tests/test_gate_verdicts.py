@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import json
 
-from conftest import run_on as cli
+from helpers.cli import run_on as cli
 
 from vllm_eagle3_patch.discovery import model_types
 

@@ -14,10 +14,10 @@ import types
 from itertools import islice
 
 import pytest
+from helpers.lifting import Number, lift_method
+from helpers.wheel_corpus import release_tree
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from lifting import Number, lift_method
-from wheel_corpus import release_tree
 
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3.release import Release

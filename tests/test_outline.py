@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
-from wheel_corpus import ALL_RELEASES, release_tree
+from helpers.wheel_corpus import ALL_RELEASES, release_tree
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.codemod.outline import Outline, outline

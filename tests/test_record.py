@@ -3,7 +3,7 @@
 A file edited before the first ``apply`` is never taken for vLLM's original unless the user says
 so, a patched file edited with its marks removed never replaces the backup, and no sequence of
 hand edits, applies and reverts loses the bytes RECORD describes.  RECORD is read here by the
-suite's own helpers (``conftest.record_hashes``), not by the tool's reader.
+suite's own helpers (``helpers.bytes_on_disk.record_hashes``), not by the tool's reader.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-import wheel_corpus
-from conftest import hash_matches, python_with_path_entries, record_hashes, record_mismatches, run_cli, tree_digest
-from conftest import run_on as cli
-from conftest import status_of as status
+from helpers import wheel_corpus
+from helpers.bytes_on_disk import hash_matches, record_hashes, record_mismatches, tree_digest
+from helpers.cli import run_cli
+from helpers.cli import run_on as cli
+from helpers.cli import status_of as status
+from helpers.environments import python_with_path_entries
+from helpers.wheel_corpus import CPU_DISTRIBUTION
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from wheel_corpus import CPU_DISTRIBUTION
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
 GATE = "config/speculative.py"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
-import environments
 import pytest
-from conftest import record_mismatches, run_cli, run_inside, tree_digest
+from helpers import environments
+from helpers.bytes_on_disk import record_mismatches, tree_digest
+from helpers.cli import run_cli
+from helpers.inner_suite import run_inside
+from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 from packaging.version import Version
-from wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
 from vllm_eagle3_patch.codemod.target import Policy
 from vllm_eagle3_patch.registry import FAMILIES

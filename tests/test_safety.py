@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import python_with_path_entries, record_mismatches, run_cli, tree_digest
-from conftest import run_on as cli
-from conftest import status_of as state
+from helpers.bytes_on_disk import record_mismatches, tree_digest
+from helpers.cli import run_cli
+from helpers.cli import run_on as cli
+from helpers.cli import status_of as state
+from helpers.environments import python_with_path_entries
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_cli
+from helpers.cli import run_cli
 
 from vllm_eagle3_patch.codemod.target import Options, State, Verdict
 from vllm_eagle3_patch.eagle3.release import Release

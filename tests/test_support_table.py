@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import support_table
+from helpers import support_table
 
 
 def test_the_committed_tables_are_the_tools_own_verdicts():
     for path, text in support_table.rendered().items():
-        assert path.read_text() == text, f"{path.name} is stale: run python tests/support_table.py --write"
+        assert path.read_text() == text, f"{path.name} is stale: run python tests/helpers/support_table.py --write"
 
 
 def test_a_release_range_is_a_run_of_corpus_releases():

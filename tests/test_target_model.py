@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_on as cli
+from helpers.cli import run_on as cli
 
 
 def check(package_dir, model: str) -> tuple[int, dict]:

@@ -6,8 +6,8 @@ import types
 
 import libcst as cst
 import pytest
-from as_codemod import as_codemod
-from decoder_sources import (
+from helpers.as_codemod import as_codemod
+from helpers.decoder_sources import (
     CHILD,
     CHILD_SOURCE,
     ISLICE_LOOP,
@@ -15,13 +15,13 @@ from decoder_sources import (
     NORM_TAIL,
     RUNNER_WITH_EAGLE3,
     TOY,
+    WRAPPER_SOURCE,
     patch,
     reader,
     source,
 )
+from helpers.toy_decoders import IMPORT, LOOPS, Eagle3, load, toy_family, toy_source
 from libcst.codemod import CodemodTest
-from toy_decoders import IMPORT, LOOPS, Eagle3, load, toy_family, toy_source
-from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State

@@ -10,7 +10,7 @@ from typing import Any
 
 import libcst as cst
 import pytest
-from decoder_sources import (
+from helpers.decoder_sources import (
     ISLICE_LOOP,
     NORM_IN_ELSE_TAIL,
     NORM_TAIL,
@@ -21,7 +21,19 @@ from decoder_sources import (
     reader,
     source,
 )
-from toy_decoders import IMPORT, LOOPS, PAIR_CALL, N, Stream, last_stream, load, run, scribble, toy_family, toy_source
+from helpers.toy_decoders import (
+    IMPORT,
+    LOOPS,
+    PAIR_CALL,
+    N,
+    Stream,
+    last_stream,
+    load,
+    run,
+    scribble,
+    toy_family,
+    toy_source,
+)
 
 from vllm_eagle3_patch.codemod.target import Options, State
 from vllm_eagle3_patch.eagle3 import loop_shapes

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from as_codemod import as_codemod
+from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.codemod.target import Options, State

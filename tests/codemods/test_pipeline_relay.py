@@ -7,7 +7,15 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-from decoder_sources import CHILD, CHILD_SOURCE, INTERFACES_WITH_PROTOCOL, NORM_IN_ELSE_TAIL, TOY, reader, source
+from helpers.decoder_sources import (
+    CHILD,
+    CHILD_SOURCE,
+    INTERFACES_WITH_PROTOCOL,
+    NORM_IN_ELSE_TAIL,
+    TOY,
+    reader,
+    source,
+)
 
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State

@@ -7,8 +7,8 @@ from typing import Any
 
 import libcst as cst
 import pytest
-from decoder_sources import TOY, reader, source
-from toy_decoders import IMPORT, Eagle3, load, toy_family, toy_source
+from helpers.decoder_sources import TOY, reader, source
+from helpers.toy_decoders import IMPORT, Eagle3, load, toy_family, toy_source
 
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import Options, State

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from as_codemod import as_codemod
+from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.codemod.target import Options, State
@@ -15,7 +15,9 @@ from vllm_eagle3_patch.registry import gated_model_types
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
-TARGET = SpeculativeGateTarget(gated_model_types())
+GATED = gated_model_types()
+"""What the tool's gate must admit: its registry's types, DeepSeek's first, then the families'."""
+TARGET = SpeculativeGateTarget(GATED)
 
 WHITELIST = """\
 class SpeculativeConfig:
@@ -26,14 +28,6 @@ class SpeculativeConfig:
             raise ValueError("Eagle3 is only supported for ...")
 """
 
-OTHERS = '"glm_moe_dsa", "glm4_moe", "gemma3", "gemma3_text", "bailing_moe", "minimax_m2", "longcat_flash"'
-QWEN = '"qwen3_next", "qwen3_5", "qwen3_5_text"'
-FAMILIES = f"{OTHERS}, {QWEN}, " + '"phi3"'
-"""GLM-5's type (its causal LM subclasses DeepSeek's) and the families', appended after DeepSeek's own
-(see ``vllm_eagle3_patch.registry``)."""
-BESIDE_QWEN = f"{OTHERS}, " + '"phi3"'
-"""The same where the whitelist lists ``qwen``, which admits Qwen3-Next's and Qwen3.5's types."""
-
 LLAMA_ONLY = """\
 class SpeculativeConfig:
     def _verify_args(self):
@@ -43,56 +37,67 @@ class SpeculativeConfig:
 """
 
 
+def quoted(model_types: tuple[str, ...]) -> str:
+    return ", ".join(f'"{t}"' for t in model_types)
+
+
+def rejected_by(listed: tuple[str, ...]) -> tuple[str, ...]:
+    """The gated types a whitelist of ``listed`` rejects, in the registry's order: its entries match by substring."""
+    return tuple(t for t in GATED if not any(entry in t for entry in listed))
+
+
+def admitted_unlisted(listed: tuple[str, ...]) -> set[str]:
+    """Gated types ``listed`` admits by substring without naming them: what makes a case below a real one."""
+    return set(GATED) - set(rejected_by(listed)) - set(listed)
+
+
 class TestSpeculativeGate(CodemodTest):
     TRANSFORM = as_codemod(SpeculativeGate)
 
     def test_whitelist_gets_the_missing_model_types(self) -> None:
-        before = WHITELIST.format(listed='["llama", "qwen"]')
-        after = WHITELIST.format(
-            listed='["llama", "qwen", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", '
-            + BESIDE_QWEN
-            + "]  # vllm-eagle3-patch"
-        )
-        self.assertCodemod(before, after, gated_model_types())
+        """Where the whitelist lists ``qwen``, it admits Qwen3-Next's and Qwen3.5's types already."""
+        listed = ("llama", "qwen")
+        assert admitted_unlisted(listed)
+        before = WHITELIST.format(listed=f"[{quoted(listed)}]")
+        after = WHITELIST.format(listed=f"[{quoted(listed + rejected_by(listed))}]  # vllm-eagle3-patch")
+        self.assertCodemod(before, after, GATED)
 
     def test_types_already_accepted_are_not_added(self) -> None:
         """Entries match by substring: ``deepseek_v3`` already admits ``deepseek_v32``."""
-        before = WHITELIST.format(listed='["llama", "deepseek_v3"]')
-        after = WHITELIST.format(
-            listed='["llama", "deepseek_v3", "deepseek_v2", "kimi_k2", ' + FAMILIES + "]  # vllm-eagle3-patch"
-        )
-        self.assertCodemod(before, after, gated_model_types())
+        listed = ("llama", "deepseek_v3")
+        assert admitted_unlisted(listed)
+        before = WHITELIST.format(listed=f"[{quoted(listed)}]")
+        after = WHITELIST.format(listed=f"[{quoted(listed + rejected_by(listed))}]  # vllm-eagle3-patch")
+        self.assertCodemod(before, after, GATED)
 
     def test_a_whitelist_with_deepseek_gets_the_families(self) -> None:
         """0.18.0-0.21.x list DeepSeek and Kimi-K2 themselves, but none of the families."""
-        listed = '"llama", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"'
-        before = WHITELIST.format(listed=f"[{listed}]").replace(
+        listed = ("llama", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25")
+        before = WHITELIST.format(listed=f"[{quoted(listed)}]").replace(
             "eagle3_target_supported", "aux_hidden_states_supported"
         )
-        after = WHITELIST.format(listed=f"[{listed}, {FAMILIES}]  # vllm-eagle3-patch").replace(
+        after = WHITELIST.format(listed=f"[{quoted(listed + rejected_by(listed))}]  # vllm-eagle3-patch").replace(
             "eagle3_target_supported", "aux_hidden_states_supported"
         )
-        self.assertCodemod(before, after, gated_model_types())
+        self.assertCodemod(before, after, GATED)
 
     def test_multi_line_whitelist_keeps_one_item_per_line(self) -> None:
-        before = WHITELIST.format(listed='[\n            "llama",\n            "qwen",\n        ]')
+        listed = ("llama", "qwen")
+        before = WHITELIST.format(listed="[\n" + "".join(f'            "{t}",\n' for t in listed) + "        ]")
         after = WHITELIST.format(
-            listed='[\n            "llama",\n            "qwen",\n            "deepseek_v2",\n            "deepseek_v3",\n'
-            '            "deepseek_v32",\n            "kimi_k2",\n'
-            + "".join(f"            {t},\n" for t in BESIDE_QWEN.split(", "))
+            listed="[\n"
+            + "".join(f'            "{t}",\n' for t in listed + rejected_by(listed))
             + "        ]  # vllm-eagle3-patch"
         )
-        self.assertCodemod(before, after, gated_model_types())
+        self.assertCodemod(before, after, GATED)
 
     def test_llama_only_gate_accepts_llama_and_the_new_types(self) -> None:
         after = LLAMA_ONLY.replace(
             '"llama" not in self.target_model_config.hf_text_config.model_type:',
             "not any(supported in self.target_model_config.hf_text_config.model_type for supported in "
-            '("llama", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", '
-            + FAMILIES
-            + ")):  # vllm-eagle3-patch",
+            f"({quoted(('llama', *GATED))})):  # vllm-eagle3-patch",
         )
-        self.assertCodemod(LLAMA_ONLY, after, gated_model_types())
+        self.assertCodemod(LLAMA_ONLY, after, GATED)
 
 
 def examine(code: str):
@@ -112,7 +117,7 @@ def examine(code: str):
             State.UNPATCHED,
         ),
         (WHITELIST.format(listed='["llama", "deepseek_v2", "deepseek_v3", "kimi_k2"]'), State.UNPATCHED),
-        (WHITELIST.format(listed=f'["llama", "deepseek_v2", "deepseek_v3", "kimi_k2", {FAMILIES}]'), State.NATIVE),
+        (WHITELIST.format(listed=f"[{quoted(('llama', *GATED))}]"), State.NATIVE),
     ],
     ids=["whitelist", "llama-only", "no-whitelist", "no-eagle3", "two-whitelists", "renamed", "deepseek-only", "all"],
 )

@@ -7,10 +7,9 @@ or acts on the family's bare model where its ``__init__`` builds one (Kimi-K2.5 
 from __future__ import annotations
 
 import pytest
-from as_codemod import as_codemod
-from decoder_sources import TOY, patch, reader, source
+from helpers.as_codemod import as_codemod
+from helpers.decoder_sources import TOY, WRAPPER_SOURCE, patch, reader, source
 from libcst.codemod import CodemodTest
-from wrapper_sources import WRAPPER_SOURCE
 
 from vllm_eagle3_patch.codemod.target import Options, Policy, State
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperEagle3, WrapperTarget

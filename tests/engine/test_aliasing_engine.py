@@ -24,10 +24,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import environments
 import pytest
-from conftest import run_cli
-from engine_harness import (
+from helpers import environments
+from helpers.cli import run_cli
+from helpers.engine_harness import (
     TORCH_OF_RELEASE,
     assert_decoded,
     assert_every_draft_accepted,

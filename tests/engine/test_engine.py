@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import environments
 import pytest
-import wheel_corpus
-from conftest import record_mismatches, run_cli
-from engine_harness import (
+from helpers import environments, wheel_corpus
+from helpers.bytes_on_disk import record_mismatches
+from helpers.cli import run_cli
+from helpers.engine_harness import (
     GATE_ERROR,
     INTERFACE_ERROR,
     NATIVE_DEEPSEEK_FROM,

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import environments
 import pytest
-from conftest import record_mismatches, run_cli
-from engine_harness import (
+from helpers import environments
+from helpers.bytes_on_disk import record_mismatches
+from helpers.cli import run_cli
+from helpers.engine_harness import (
     GATE_ERROR,
     INTERFACE_ERROR,
     TORCH_OF_RELEASE,

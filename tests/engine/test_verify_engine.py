@@ -6,10 +6,9 @@ import json
 import os
 import shutil
 
-import environments
 import pytest
-import wheel_corpus
-from conftest import run_cli
+from helpers import environments, wheel_corpus
+from helpers.cli import run_cli
 
 pytestmark = pytest.mark.engine
 

@@ -30,49 +30,17 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import harness
 import pytest
-import torch
-from harness import Reference, Stage, deepseek_stage, reference_forward
+import tool_families
+from assertions import assert_captured, assert_intermediate, assert_same, release_supports_eagle3
+from harness import Stage, deepseek_stage, reference_forward
 from packaging.version import Version
 
 VERSION = harness.vllm_version()
 CAUSAL_LM_CLASSES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
-
-
-def assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Bit-for-bit equality, with a readable message."""
-    assert isinstance(actual, torch.Tensor), f"{what}: got {type(actual).__name__}"
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    assert torch.equal(actual, expected), f"{what}:\n{actual}\n!=\n{expected}"
-
-
-def assert_captured(out: object, stage: Stage, ref: Reference, ids: Sequence[int]) -> None:
-    """``out`` is ``(normed output, captured states in layer order)``."""
-    assert isinstance(out, tuple) and len(out) == 2, (
-        f"expected (hidden_states, aux_hidden_states), got {type(out).__name__}"
-    )
-    hidden_states, aux = out
-    assert ref.output is not None
-    assert_same(hidden_states, ref.output, "normed output")
-    assert isinstance(aux, (list, tuple)), f"aux_hidden_states is {type(aux).__name__}"
-    expected = ref.expected_aux(ids, stage.end_layer)
-    assert len(aux) == len(expected), f"captured {len(aux)} states, expected {len(expected)}"
-    for position, (got, want) in enumerate(zip(aux, expected)):
-        assert_same(got, want, f"aux_hidden_states[{position}] for ids {tuple(ids)}")
-
-
-def assert_intermediate(out: object, stage: Stage, ref: Reference) -> None:
-    """A non-last rank returns the real ``IntermediateTensors`` with the usual keys."""
-    assert isinstance(out, stage.intermediate_tensors_class), (
-        f"a non-last rank must return IntermediateTensors, got {type(out).__name__}"
-    )
-    assert set(out.tensors) == {"hidden_states", "residual"}
-    assert_same(out["hidden_states"], ref.hidden_states, "hidden_states sent on")
-    assert ref.residual is not None
-    assert_same(out["residual"], ref.residual, "residual sent on")
 
 
 # --------------------------------------------------------------------------- a. __init__
@@ -243,22 +211,10 @@ def test_layers_called_with_release_signature() -> None:
 # --------------------------------------------------------------------------- c. CausalLM
 
 
-def _supports_eagle3() -> object:
-    """``interfaces.supports_eagle3``, or a skip: the protocol first shipped in 0.10.1."""
-    interfaces = importlib.import_module("vllm.model_executor.models.interfaces")
-    if not hasattr(interfaces, "supports_eagle3"):
-        assert VERSION < Version("0.10.1"), "supports_eagle3 missing from interfaces"
-        pytest.skip(
-            f"vLLM {VERSION} has no SupportsEagle3 protocol (added in 0.10.1); its runner "
-            "calls the two methods by name, covered by the delegation tests"
-        )
-    return interfaces.supports_eagle3
-
-
 @pytest.mark.parametrize("class_name", CAUSAL_LM_CLASSES)
 def test_supports_eagle3(class_name: str) -> None:
     """The class and an instance pass ``supports_eagle3`` (the runner's check)."""
-    supports_eagle3 = _supports_eagle3()
+    supports_eagle3 = release_supports_eagle3()
     cls = getattr(harness.deepseek_module(), class_name)
     assert supports_eagle3(cls)
     with deepseek_stage() as stage:
@@ -407,7 +363,7 @@ def test_kimi_k25_delegates_to_language_model() -> None:
     and reach the DeepSeek model underneath."""
     with deepseek_stage(8) as stage:
         wrapper = _kimi_k25_shell(stage)
-        supports_eagle3 = _supports_eagle3()
+        supports_eagle3 = release_supports_eagle3()
         assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
         assert tuple(wrapper.get_eagle3_aux_hidden_state_layers()) == (2, 4, 5)
         wrapper.set_aux_hidden_state_layers((1, 8))
@@ -418,7 +374,8 @@ def test_kimi_k25_delegates_to_language_model() -> None:
 
 # --------------------------------------------------------------------------- d. the gate
 
-NEWLY_ACCEPTED = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa")
+NEWLY_ACCEPTED = tool_families.load().named("deepseek_v2").model_types
+"""The model types of the tool's DeepSeek family (its registry's: V2, V3, V3.2, Kimi-K2, GLM-5)."""
 # What each release's gate already accepted (substring match on the model type), by the
 # release that added it; checked on the unpatched wheels.
 ACCEPTED_BEFORE: tuple[tuple[str, str], ...] = (

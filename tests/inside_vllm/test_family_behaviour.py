@@ -25,13 +25,15 @@ import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import harness
 import pytest
+import tool_families
 import torch
+from assertions import assert_captured, assert_intermediate, assert_same, release_supports_eagle3
 from harness import DecoderFile, decoder_stage, reference_forward
 from packaging.version import Version
-from test_eagle3_behaviour import _supports_eagle3, assert_captured, assert_intermediate, assert_same
 from torch import nn
 
 VERSION = harness.vllm_version()
@@ -40,115 +42,98 @@ MODELS = "vllm.model_executor.models"
 
 
 @dataclass(frozen=True)
-class FamilyUnderTest:
-    decoder: DecoderFile
-    causal_lm: str
-    model_types: tuple[str, ...]
+class StandIns:
+    """What the tool's data does not say of a family and its tests need: the classes stood in for here, what
+    the model's ``__init__`` reads, and which releases ship and import the family's file."""
+
+    layer: str
+    """The decoder layer class (:attr:`harness.DecoderFile.layer`)."""
     first_release: Version
     """The first release shipping the file: before it the family is absent, not a failure."""
+    norm: str = "RMSNorm"
+    stand_in: type = harness.StandInLayer
+    config: tuple[tuple[str, Any], ...] = ()
+    layer_parameter: str | None = None
     imports_on_cpu_from: Version | None = None
     """Where later than ``first_release``: the first release whose module imports without Triton."""
     needs_torchvision: bool = False
     """The module imports transformers' Qwen2-VL video processor, which needs torchvision."""
 
+    def decoder_file(self, family: tool_families.ToolFamily) -> DecoderFile:
+        return DecoderFile(
+            family.module, family.model, self.layer, self.norm, self.stand_in, self.config, self.layer_parameter
+        )
+
+
+@dataclass(frozen=True)
+class FamilyUnderTest:
+    """A family of the tool's, with the stand-ins this file keeps for it."""
+
+    decoder: DecoderFile
+    causal_lm: str
+    stand_ins: StandIns
+
 
 HYBRID_LAYERS = (("layer_types", ["linear_attention", "full_attention"] * 32),)
 """What Qwen3-Next's and Qwen3.5's configs say of each layer (their ``__init__`` picks the layer kind by it)."""
 
-FAMILIES = {
-    "glm4_moe": FamilyUnderTest(
-        DecoderFile(f"{MODELS}.glm4_moe", "Glm4MoeModel", "Glm4MoeDecoderLayer"),
-        "Glm4MoeForCausalLM",
-        ("glm4_moe",),
+TOOL = tool_families.load()
+OWN_SPEC = {"deepseek_v2": "test_eagle3_behaviour.py"}
+"""The tool's families whose behaviour another file specifies."""
+STAND_INS = {
+    "glm4_moe": StandIns("Glm4MoeDecoderLayer", Version("0.10.0")),
+    "bailing_moe": StandIns(
+        "BailingMoeBlock",
         Version("0.10.0"),
+        stand_in=harness.HiddenFirstStandInLayer,
+        config=(("tie_word_embeddings", False), ("embedding_dropout", 0.0)),
     ),
-    "bailing_moe": FamilyUnderTest(
-        DecoderFile(
-            f"{MODELS}.bailing_moe",
-            "BailingMoeModel",
-            "BailingMoeBlock",
-            stand_in=harness.HiddenFirstStandInLayer,
-            config=(("tie_word_embeddings", False), ("embedding_dropout", 0.0)),
-        ),
-        "BailingMoeForCausalLM",
-        ("bailing_moe",),
-        Version("0.10.0"),
-    ),
-    "minimax_m2": FamilyUnderTest(
-        DecoderFile(f"{MODELS}.minimax_m2", "MiniMaxM2Model", "MiniMaxM2DecoderLayer"),
-        "MiniMaxM2ForCausalLM",
-        ("minimax_m2",),
-        Version("0.11.1"),
-    ),
-    "longcat_flash": FamilyUnderTest(
-        DecoderFile(
-            f"{MODELS}.longcat_flash",
-            "FlashModel",
-            "FlashDecoderLayer",
-            config=(("ffn_hidden_size", 128),),  # 0.11.x's FlashConfig requires a width
-        ),
-        "LongcatFlashForCausalLM",
-        ("longcat_flash",),
+    "minimax_m2": StandIns("MiniMaxM2DecoderLayer", Version("0.11.1")),
+    "longcat_flash": StandIns(
+        "FlashDecoderLayer",
         Version("0.11.0"),
+        config=(("ffn_hidden_size", 128),),  # 0.11.x's FlashConfig requires a width
     ),
-    "qwen3_next": FamilyUnderTest(
-        DecoderFile(
-            f"{MODELS}.qwen3_next",
-            "Qwen3NextModel",
-            "Qwen3NextDecoderLayer",
-            norm="Qwen3NextRMSNorm",
-            config=HYBRID_LAYERS,
-        ),
-        "Qwen3NextForCausalLM",
-        (),  # accepted as "qwen" by the release's own gate
+    "qwen3_next": StandIns(
+        "Qwen3NextDecoderLayer",
         Version("0.10.2"),
+        norm="Qwen3NextRMSNorm",
+        config=HYBRID_LAYERS,
         imports_on_cpu_from=Version("0.11.1"),
     ),
-    "qwen3_5": FamilyUnderTest(
-        DecoderFile(
-            f"{MODELS}.qwen3_5",
-            "Qwen3_5Model",  # runs Qwen3NextModel.forward, patched in qwen3_next.py
-            "Qwen3_5DecoderLayer",
-            norm="Qwen3_5RMSNorm",
-            config=HYBRID_LAYERS,
-        ),
-        "Qwen3_5ForCausalLMBase",
-        (),  # accepted as "qwen" by the release's own gate
+    "qwen3_5": StandIns(  # its model runs Qwen3NextModel.forward, patched in qwen3_next.py
+        "Qwen3_5DecoderLayer",
         Version("0.17.0"),
+        norm="Qwen3_5RMSNorm",
+        config=HYBRID_LAYERS,
         needs_torchvision=True,
     ),
-    "gemma3": FamilyUnderTest(
-        DecoderFile(f"{MODELS}.gemma3", "Gemma3Model", "Gemma3DecoderLayer", norm="GemmaRMSNorm"),
-        "Gemma3ForCausalLM",
-        ("gemma3", "gemma3_text"),
-        Version("0.8.5"),
-    ),
-    # Families no registry entry describes: plain `apply` patches them by rule (vllm_eagle3_patch/discovery.py)
-    "mixtral": FamilyUnderTest(
-        DecoderFile(f"{MODELS}.mixtral", "MixtralModel", "MixtralDecoderLayer"),
-        "MixtralForCausalLM",
-        ("mixtral",),
-        Version("0.8.5"),
-    ),
-    "qwen2_moe": FamilyUnderTest(
-        DecoderFile(f"{MODELS}.qwen2_moe", "Qwen2MoeModel", "Qwen2MoeDecoderLayer"),
-        "Qwen2MoeForCausalLM",
-        (),  # accepted as "qwen" by the release's own gate
-        Version("0.8.5"),
-    ),
-    "olmoe": FamilyUnderTest(
-        DecoderFile(f"{MODELS}.olmoe", "OlmoeModel", "OlmoeDecoderLayer", layer_parameter="layer_type"),
-        "OlmoeForCausalLM",
-        ("olmoe",),
-        Version("0.8.5"),
-    ),
-    "internlm2": FamilyUnderTest(  # its embedding is tok_embeddings: the patch answers embed_tokens too
-        DecoderFile(f"{MODELS}.internlm2", "InternLM2Model", "InternLMDecoderLayer", layer_parameter="layer_type"),
-        "InternLM2ForCausalLM",
-        ("internlm2",),
-        Version("0.8.5"),
+    "gemma3": StandIns("Gemma3DecoderLayer", Version("0.8.5"), norm="GemmaRMSNorm"),
+    # Families the tool finds by rule (vllm_eagle3_patch/discovery.py): plain `apply` patches them
+    "mixtral": StandIns("MixtralDecoderLayer", Version("0.8.5")),
+    "qwen2_moe": StandIns("Qwen2MoeDecoderLayer", Version("0.8.5")),
+    "olmoe": StandIns("OlmoeDecoderLayer", Version("0.8.5"), layer_parameter="layer_type"),
+    "internlm2": StandIns(  # its embedding is tok_embeddings: the patch answers embed_tokens too
+        "InternLMDecoderLayer", Version("0.8.5"), layer_parameter="layer_type"
     ),
 }
+UNDER_TEST = sorted(set(STAND_INS) | ({family.name for family in TOOL.registered} - set(OWN_SPEC)))
+"""Every family of the tool's registry (one without stand-ins here fails, naming it) and those found by rule
+that this file keeps stand-ins for."""
+
+
+def stand_ins_of(name: str) -> StandIns:
+    stand_ins = STAND_INS.get(name)
+    assert stand_ins is not None, f"the tool's family {name} has no stand-ins here: add them to STAND_INS"
+    return stand_ins
+
+
+def under_test(name: str) -> FamilyUnderTest:
+    """The tool's family of module ``name`` (``gemma3``), as the tool's data describes it, with its stand-ins."""
+    stand_ins = stand_ins_of(name)
+    family = TOOL.named(name)
+    assert family is not None, f"the tool neither registers nor finds by rule the family of vLLM {VERSION}'s {name}"
+    return FamilyUnderTest(stand_ins.decoder_file(family), family.causal_lm, stand_ins)
 
 
 def patched_by_the_tool(spec: importlib.machinery.ModuleSpec) -> bool:
@@ -182,25 +167,27 @@ TORCHVISION_MISSING = (
 )
 
 
-@pytest.fixture(params=sorted(FAMILIES))
+@pytest.fixture(params=UNDER_TEST)
 def family(request: pytest.FixtureRequest) -> FamilyUnderTest:
     return patched_here(request.param)
 
 
 def patched_here(name: str) -> FamilyUnderTest:
     """The family ``name``, or a skip saying why its patched code cannot run in this release and interpreter."""
-    chosen = FAMILIES[name]
-    spec = importlib.util.find_spec(chosen.decoder.module)
-    if spec is not None and native(spec, chosen):
-        pytest.skip(f"vLLM {VERSION}'s {chosen.causal_lm} implements EAGLE-3 itself (native)")
+    module = f"{MODELS}.{name}"
+    spec = importlib.util.find_spec(module)
     if spec is None:
-        assert VERSION < chosen.first_release, f"{chosen.decoder.module} missing from vLLM {VERSION}"
-        pytest.skip(f"vLLM {VERSION} has no {chosen.decoder.module} (first shipped in {chosen.first_release})")
-    if chosen.needs_torchvision and importlib.util.find_spec("torchvision") is None:
-        pytest.skip(TORCHVISION_MISSING.format(module=chosen.decoder.module))
-    if chosen.imports_on_cpu_from and VERSION < chosen.imports_on_cpu_from:
+        first_release = stand_ins_of(name).first_release
+        assert VERSION < first_release, f"{module} missing from vLLM {VERSION}"
+        pytest.skip(f"vLLM {VERSION} has no {module} (first shipped in {first_release})")
+    chosen = under_test(name)
+    if native(spec, chosen):
+        pytest.skip(f"vLLM {VERSION}'s {chosen.causal_lm} implements EAGLE-3 itself (native)")
+    if chosen.stand_ins.needs_torchvision and importlib.util.find_spec("torchvision") is None:
+        pytest.skip(TORCHVISION_MISSING.format(module=module))
+    if chosen.stand_ins.imports_on_cpu_from and VERSION < chosen.stand_ins.imports_on_cpu_from:
         pytest.skip(
-            f"vLLM {VERSION}'s {chosen.decoder.module} cannot be imported without Triton: it loads its FLA kernels "
+            f"vLLM {VERSION}'s {module} cannot be imported without Triton: it loads its FLA kernels "
             "at import, and this release's Triton placeholder lacks triton.language.exp (AttributeError)"
         )
     return chosen
@@ -380,7 +367,7 @@ def test_a_runner_that_relays_nothing_is_named() -> None:
 
 
 def test_supports_eagle3(family: FamilyUnderTest) -> None:
-    supports_eagle3 = _supports_eagle3()
+    supports_eagle3 = release_supports_eagle3()
     with decoder_stage(family.decoder) as stage:
         lm = harness.causal_lm_shell(family.causal_lm, stage.model, family.decoder.module)
         assert supports_eagle3(type(lm)) and supports_eagle3(lm)
@@ -403,14 +390,14 @@ def test_methods(family: FamilyUnderTest, num_layers: int, expected: tuple[int, 
 
 def test_gemma3_multimodal_wrapper_delegates() -> None:
     """``get_model()`` is ``Gemma3ForConditionalGeneration`` for a multimodal Gemma 3 checkpoint."""
-    gemma3 = FAMILIES["gemma3"]
+    gemma3 = under_test("gemma3")
     wrapper_module = importlib.import_module(f"{MODELS}.gemma3_mm")
     with decoder_stage(gemma3.decoder, 6) as stage:
         wrapper = object.__new__(wrapper_module.Gemma3ForConditionalGeneration)
         nn.Module.__init__(wrapper)
         wrapper.language_model = harness.causal_lm_shell(gemma3.causal_lm, stage.model, gemma3.decoder.module)
         if VERSION >= Version("0.10.1"):
-            supports_eagle3 = _supports_eagle3()
+            supports_eagle3 = release_supports_eagle3()
             assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
         assert tuple(getattr(wrapper, GETTER)()) == (2, 3, 4)  # upstream's (2, n // 2, n - 3) repeats 3
         wrapper.set_aux_hidden_state_layers((1, 6))
@@ -429,7 +416,7 @@ def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
         wrapper = object.__new__(module.Qwen3_5ForConditionalGeneration)
         nn.Module.__init__(wrapper)
         wrapper.language_model = harness.causal_lm_shell("Qwen3_5ForCausalLM", stage.model, qwen3_5.decoder.module)
-        supports_eagle3 = _supports_eagle3()
+        supports_eagle3 = release_supports_eagle3()
         assert supports_eagle3(type(wrapper)) and supports_eagle3(wrapper)
         wrapper.set_aux_hidden_state_layers((0, 4, 8))
         assert stage.model.aux_hidden_state_layers == (0, 4, 8)
@@ -437,28 +424,11 @@ def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
         assert_captured(stage.run(), stage, ref, (0, 4, 8))
 
 
-@pytest.mark.parametrize(
-    "model_type",
-    [
-        "glm_moe_dsa",  # GLM-5: a DeepSeek causal LM whose type 0.18-0.21's whitelist leaves out
-        "glm4_moe",
-        "gemma3",
-        "gemma3_text",
-        "bailing_moe",
-        "minimax_m2",
-        "longcat_flash",
-        "qwen3_next",
-        "qwen3_5",
-        "qwen3_5_text",
-        "phi3",
-    ],
-)
+@pytest.mark.parametrize("model_type", TOOL.gated_model_types)
 def test_gate_accepts_the_families(model_type: str) -> None:
-    """Every release accepts every family's type, but Qwen3-Next's and Qwen3.5's only where they
-    exist: the release's own whitelist accepts them as "qwen" (0.8.5-0.10.0's llama-only gate would not)."""
-    family = FAMILIES.get(model_type.removesuffix("_text"))
-    if family is not None and not family.model_types and importlib.util.find_spec(family.decoder.module) is None:
-        pytest.skip(f"vLLM {VERSION} has no {family.decoder.module}")
+    """Every release accepts every type the tool's gate admits for its registry's families: DeepSeek's too,
+    where its own spec (``test_eagle3_behaviour``) no longer runs (GLM-5's ``glm_moe_dsa``, which 0.18-0.21's
+    whitelist leaves out), and Qwen3-Next's and Qwen3.5's, which the release's own whitelist accepts as "qwen"."""
     harness.run_speculative_gate(model_type)
 
 
@@ -467,10 +437,11 @@ def test_a_subclass_that_skips_init_runs_the_patched_forward_unchanged() -> None
     (``super(Qwen3NextModel, self).__init__()``): it must find the ids the patch declares on
     the class and decode exactly as before, even where ``qwen3_5.py`` itself is left alone.
     Stood in for by a subclass of the same shape, so that it runs without torchvision."""
-    qwen3_next = FAMILIES["qwen3_next"]
-    spec = importlib.util.find_spec(qwen3_next.decoder.module)
-    if spec is None or VERSION < qwen3_next.imports_on_cpu_from or not patched_by_the_tool(spec):
-        pytest.skip(f"vLLM {VERSION}: no {qwen3_next.decoder.module} patched by this tool and importable here")
+    spec = importlib.util.find_spec(f"{MODELS}.qwen3_next")
+    imports_on_cpu_from = stand_ins_of("qwen3_next").imports_on_cpu_from
+    if spec is None or VERSION < imports_on_cpu_from or not patched_by_the_tool(spec):
+        pytest.skip(f"vLLM {VERSION}: no {MODELS}.qwen3_next patched by this tool and importable here")
+    qwen3_next = under_test("qwen3_next")
     model = getattr(importlib.import_module(qwen3_next.decoder.module), qwen3_next.decoder.model)
 
     class SkipsInit(model):  # type: ignore[misc, valid-type]

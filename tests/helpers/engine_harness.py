@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import wheel_corpus
+from helpers import wheel_corpus
 
 ENGINE_RUN = Path(__file__).resolve().parents[2] / "vllm_eagle3_patch" / "verification" / "in_target" / "engine_run.py"
 TORCH_OF_RELEASE = {"0.12.0": "2.9.1", "0.15.1": "2.10.0", "0.16.0": "2.10.0", "0.17.1": "2.10.0", "0.32.0": "2.13.0"}

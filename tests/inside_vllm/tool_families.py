@@ -1,0 +1,59 @@
+"""What this tool patches on the tree under test, as the outer suite hands it over: this interpreter may not
+import the tool, so ``tests/helpers/inner_suite.py`` writes the registry's families, those the tool finds by
+rule on this tree and the model types its gate admits as JSON into ``VLLM_EAGLE3_PATCH_FAMILIES``.  The tests
+read them here rather than keep a copy of the registry by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+VARIABLE = "VLLM_EAGLE3_PATCH_FAMILIES"
+
+
+@dataclass(frozen=True)
+class ToolFamily:
+    """One family of the tool's: its decoder (``model`` in ``module``) and the causal LM the runner holds."""
+
+    module: str
+    model: str
+    causal_lm: str
+    model_types: tuple[str, ...]
+    found_by_rule: bool
+    """Found by the tool's rule on this tree, not listed in its registry."""
+
+    @property
+    def name(self) -> str:
+        """The module's own name (``gemma3``): how the tests call the family."""
+        return self.module.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class ToolFamilies:
+    families: tuple[ToolFamily, ...]
+    gated_model_types: tuple[str, ...]
+    """Every model type the tool's speculative-config gate admits for its registry's families."""
+
+    def named(self, name: str) -> ToolFamily | None:
+        """The family of module ``name`` (the registry's first, as the tool's plan ranks them), if any."""
+        return next((family for family in self.families if family.name == name), None)
+
+    @property
+    def registered(self) -> tuple[ToolFamily, ...]:
+        return tuple(family for family in self.families if not family.found_by_rule)
+
+
+def load() -> ToolFamilies:
+    """The data the outer suite set, or a usage error saying how to set it."""
+    if VARIABLE not in os.environ:
+        raise RuntimeError(
+            f"{VARIABLE} is not set: the outer suite sets it (tests/helpers/inner_suite.py); by hand, "
+            f'{VARIABLE}="$(python tests/helpers/inner_suite.py <vllm dir>)"'
+        )
+    data = json.loads(os.environ[VARIABLE])
+    families = tuple(
+        ToolFamily(f["module"], f["model"], f["causal_lm"], tuple(f["model_types"]), f["found_by_rule"])
+        for f in data["families"]
+    )
+    return ToolFamilies(families, tuple(data["gated_model_types"]))

@@ -145,7 +145,7 @@ def _load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef]]
 
 def _native(module: cst.Module) -> Optional[str]:
     if not any(_config_reads(load_model) for _, load_model in _load_models(module)):
-        return f"the proposer reads no target config's {IMAGE_TOKEN_FIELD}: every multimodal config loads"
+        return f"the proposer reads no target config's {IMAGE_TOKEN_FIELD} (no generic read to make safe)"
     return None
 
 

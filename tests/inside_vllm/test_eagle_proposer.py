@@ -23,7 +23,7 @@ the module-level names that need a GPU, a process group or checkpoint files are 
 where the release has it), and the draft ``VllmConfig`` ``_get_model`` would derive is the
 proposer's own; ``set_model_tag``, ``_get_model`` (0.16.0+), ``supports_multimodal``,
 ``get_model_name`` and the embedding/LM-head sharing that follows the token branch run for real.
-The configs are transformers' own classes and the release's ``KimiK25Config`` and ``KimiVLConfig``.
+The configs are transformers' own classes and the release's Kimi-K2.5 and Kimi-VL configs.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ if VERSION < BASE_PROPOSER_FIRST:
 
 from transformers import LlavaConfig, PixtralVisionConfig, PretrainedConfig, Qwen2AudioConfig, Qwen2VLConfig  # noqa: E402
 from vllm.model_executor.models.interfaces import SupportsMultiModal  # noqa: E402
-from vllm.transformers_utils.configs import KimiK25Config, KimiVLConfig  # noqa: E402
+from vllm.transformers_utils.configs.kimi_vl import KimiVLConfig  # noqa: E402
 
 EAGLE = "vllm.v1.spec_decode.eagle"
 KIMI_K25 = "vllm.model_executor.models.kimi_k25"
@@ -150,8 +150,15 @@ def pixtral_like_config() -> PretrainedConfig:
     return PretrainedConfig(vision_config=PixtralVisionConfig(image_token_id=VISION_IMAGE_TOKEN_ID))
 
 
+def kimi_k25_config(**fields: Any) -> PretrainedConfig:
+    """The config the release's Kimi-K2.5 module reads: vLLM's own ``KimiK25Config``, or transformers'
+    ``Kimi_K25Config`` where the module takes that one."""
+    kimi = importlib.import_module(KIMI_K25)
+    return (getattr(kimi, "KimiK25Config", None) or kimi.Kimi_K25Config)(**fields)
+
+
 def kimi_k25_target() -> nn.Module:
-    """The release's ``KimiK25ForConditionalGeneration`` with its real ``KimiK25Config``.
+    """The release's ``KimiK25ForConditionalGeneration`` with the release's Kimi-K2.5 config.
 
     The real ``__init__`` builds a vision tower and a DeepSeek-V3 model, so the instance is
     made with ``object.__new__``; ``load_model`` only reads ``config`` and
@@ -160,7 +167,7 @@ def kimi_k25_target() -> nn.Module:
     kimi = importlib.import_module(KIMI_K25)
     target = object.__new__(kimi.KimiK25ForConditionalGeneration)
     nn.Module.__init__(target)
-    target.config = KimiK25Config(media_placeholder_token_id=MEDIA_PLACEHOLDER_TOKEN_ID)
+    target.config = kimi_k25_config(media_placeholder_token_id=MEDIA_PLACEHOLDER_TOKEN_ID)
     target.language_model = StandInLanguageModel()
     return target
 
@@ -178,7 +185,8 @@ def load_drafter(target: nn.Module, monkeypatch: pytest.MonkeyPatch) -> StandInD
     eagle = importlib.import_module(EAGLE)
     proposer_module = importlib.import_module(eagle.EagleProposer.load_model.__module__)
     drafter = StandInDrafter()
-    speculative_config = types.SimpleNamespace(draft_model_config=object(), draft_load_config=object())
+    draft_model_config = types.SimpleNamespace(hf_config=types.SimpleNamespace())  # read after the token (0.33.0)
+    speculative_config = types.SimpleNamespace(draft_model_config=draft_model_config, draft_load_config=object())
 
     def get_model(*, vllm_config: Any, model_config: Any, **kwargs: Any) -> nn.Module:
         assert model_config is speculative_config.draft_model_config, "not the drafter's config"
@@ -232,7 +240,7 @@ def test_kimi_k25_target_gives_media_placeholder_token(monkeypatch: pytest.Monke
     """Kimi-K2.5's config has no ``image_token_index``: unpatched (before 0.18.0), loading the
     drafter raises AttributeError; patched, the drafter gets ``media_placeholder_token_id``."""
     target = kimi_k25_target()
-    assert not hasattr(target.config, "image_token_index"), "KimiK25Config gained the field"
+    assert not hasattr(target.config, "image_token_index"), f"{type(target.config).__name__} gained the field"
     assert loaded_token(target, monkeypatch) == MEDIA_PLACEHOLDER_TOKEN_ID
 
 

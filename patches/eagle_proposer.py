@@ -1,10 +1,15 @@
-"""``v1/spec_decode/eagle.py`` (0.15.0-0.17.1): the drafter finds Kimi-K2.5's media token.
+"""The EAGLE proposer's ``load_model``: a multimodal target's image token, read from the fields its config has.
 
-For a multimodal target the proposer copies the target's image token id into the
-drafter's ``config.image_token_index``.  Kimi-K2.5's config calls it
-``media_placeholder_token_id`` and has no ``image_token_index``: loading the drafter fails
-with an AttributeError.  A branch for Kimi-K2.5 goes in before the generic ``else``, as
-upstream did in 0.18.0; every other target takes the branch it took before.
+For a multimodal target the proposer copies the target's image token id into the drafter's
+``config.image_token_index``, choosing the field by the target's class name: a few named classes
+get the field vLLM knows they have, every other target ``config.image_token_index``, which many
+configs lack (Kimi-K2.5's calls its token ``media_placeholder_token_id``; an audio-only target has
+none): loading the drafter fails with an AttributeError.
+
+Every such read of ``<target>.config.image_token_index`` becomes a call of a small function added
+beside the proposer, which reads the first of :data:`IMAGE_TOKEN_FIELDS` the config has, and None
+where it has none.  ``image_token_index`` comes first, so wherever the release's read worked it
+gives the same value; the named branches are left as they are.
 """
 
 from __future__ import annotations
@@ -17,79 +22,118 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     find,
     find_statements,
     is_attribute,
-    is_string,
     mark,
-    only,
-    replace_child,
+    names_in,
     replace_node,
-    sole,
     sole_statement,
     statements,
 )
 from vllm_eagle3_patch.codemod.judge import judge
-from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Verdict
-from vllm_eagle3_patch.eagle3.release import MODELS, PROPOSER, Release
+from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Unrecognised, Verdict
+from vllm_eagle3_patch.eagle3.release import IMAGE_TOKEN_FIELD, PROPOSER, PROPOSER_FILES, Release
 
-PATH = PROPOSER
-KIMI_K25_MODEL = f"{MODELS}/kimi_k25.py"
-WRAPPER = "KimiK25ForConditionalGeneration"
 LOAD_MODEL = "load_model"
+READER = "_image_token_of"
+"""The function the patch adds beside the proposer class."""
+IMAGE_TOKEN_FIELDS = (
+    IMAGE_TOKEN_FIELD,  # LLaVA and most others, and the release's own read: first, so a config having it keeps it
+    "image_token_id",  # Qwen2-VL, Idefics3 and the newer configs
+    "vision_config.image_token_id",  # Pixtral's
+    "media_placeholder_token_id",  # Kimi-VL's and Kimi-K2.5's
+    "img_context_token_id",  # Nemotron Nano VL's
+)
+"""The fields a multimodal config may hold its image token in, in the order the patched proposer tries them."""
+
+
+def _reader_code() -> str:
+    fields = "".join(f'        "{field}",\n' for field in IMAGE_TOKEN_FIELDS)
+    return (
+        f"def {READER}(config):\n"
+        '    """A multimodal target\'s image token id, from the first of these fields its config has\n'
+        '    (None where it has no image token: audio or video only)."""\n'
+        f"    for path in (\n{fields}    ):\n"
+        '        *parents, field = path.split(".")\n'
+        "        holder = config\n"
+        "        for parent in parents:\n"
+        "            holder = getattr(holder, parent, None)\n"
+        "        if hasattr(holder, field):\n"
+        "            return getattr(holder, field)\n"
+        "    return None\n"
+    )
+
+
+def _reads_image_token_index(node: cst.CSTNode) -> bool:
+    """``<target>.config.image_token_index``"""
+    return is_attribute(node, IMAGE_TOKEN_FIELD) and is_attribute(node.value, "config")  # type: ignore[attr-defined]
+
+
+def _config_reads(function: cst.FunctionDef) -> list[cst.Attribute]:
+    """Every ``<x>.config.image_token_index`` in ``function`` that is read, not assigned to."""
+    written = {id(target.target) for target in find(function, cst.AssignTarget)}
+    return [node for node in find(function, cst.Attribute, _reads_image_token_index) if id(node) not in written]
 
 
 def _copies_image_token_index(line: cst.CSTNode) -> bool:
-    """``<x>.image_token_index = <y>.config.image_token_index``, alone on its line."""
+    """``<drafter>.image_token_index = <target>.config.image_token_index``, alone on its line."""
     statement = sole_statement(line)
-    source = statement.value if isinstance(statement, cst.Assign) else None
     return (
-        is_attribute(assigned(statement), "image_token_index")
-        and is_attribute(source, "image_token_index")
-        and is_attribute(source.value, "config")  # type: ignore[union-attr]
+        isinstance(statement, cst.Assign)
+        and is_attribute(assigned(statement), IMAGE_TOKEN_FIELD)
+        and _reads_image_token_index(statement.value)
     )
 
 
-def _is_generic_branch(branch: cst.If) -> bool:
-    """An ``if``/``elif`` whose ``else:`` holds only the image-token copy."""
-    generic = branch.orelse
-    return (
-        isinstance(generic, cst.Else)
-        and isinstance(generic.body, cst.IndentedBlock)
-        and _copies_image_token_index(sole(generic.body.body))
-    )
-
-
-class KimiK25MediaToken:
-    """``elif <name of target> == "KimiK25ForConditionalGeneration": ... media_placeholder_token_id``."""
+class ImageTokenFromConfig:
+    """``<drafter>.image_token_index = _image_token_of(<target>.config)``, and ``_image_token_of`` itself."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
-        what = (
-            f"in {LOAD_MODEL}, an if/elif chain ending in "
-            "`else: ...image_token_index = target.config.image_token_index`"
-        )
-        cls, load_model, branch = only(_generic_branches(tree), what)  # type: ignore[misc]
-        generic: cst.Else = branch.orelse  # type: ignore[assignment]
-        assignment: cst.Assign = generic.body.body[0].body[0]  # type: ignore[attr-defined]
-        code = cst.Module([]).code_for_node
-        (kimi,) = statements(
-            f'if {code(_compared_name(branch))} == "{WRAPPER}":\n'
-            f"    {code(assignment.targets[0].target)} = {code(assignment.value.value)}.media_placeholder_token_id\n",  # type: ignore[attr-defined]
-            tree,
-        )
-        elif_kimi = mark(kimi).with_changes(orelse=generic)  # type: ignore[attr-defined]
-        new_load_model = replace_node(load_model, branch, branch.with_changes(orelse=elif_kimi))
-        return replace_child(tree, cls, replace_child(cls, load_model, new_load_model))
+        copying = _copying_load_models(tree)
+        if READER in names_in(tree):
+            raise Unrecognised(f"the name {READER} is taken in this module")
+        body: list[cst.BaseStatement] = []
+        for statement in tree.body:
+            patched = statement
+            for cls, load_model in copying:
+                if cls is statement:
+                    patched = replace_node(patched, load_model, _reading_through_reader(load_model, tree))
+            body.append(patched)
+            if statement is copying[0][0]:  # the function goes right after the first class that calls it
+                reader = mark(statements(_reader_code(), tree)[0])
+                body.append(reader.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
+        return tree.with_changes(body=body)
 
 
-def _generic_branches(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef, cst.If]]:
-    """Every generic image-token branch in a proposer's ``load_model``, with its class and method."""
-    return [
-        (cls, load_model, branch)
-        for cls, load_model in _load_models(tree)
-        for branch in find_statements(load_model, cst.If, _is_generic_branch)
-    ]
+def _copying_load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef]]:
+    """The ``load_model`` methods copying a target config's ``image_token_index``, each read of it a plain copy."""
+    found = []
+    for cls, load_model in _load_models(tree):
+        reads = _config_reads(load_model)
+        copies = find_statements(load_model, cst.SimpleStatementLine, _copies_image_token_index)
+        if len(reads) != len(copies):
+            raise Unrecognised(
+                f"in {cls.name.value}.{LOAD_MODEL}, {len(reads) - len(copies)} read(s) of "
+                f"<target>.config.{IMAGE_TOKEN_FIELD} outside `<drafter>.{IMAGE_TOKEN_FIELD} = ...` alone on its line"
+            )
+        if copies:
+            found.append((cls, load_model))
+    if not found:
+        raise Unrecognised(f"expected in {LOAD_MODEL} a copy of <target>.config.{IMAGE_TOKEN_FIELD}, found none")
+    return found
+
+
+def _reading_through_reader(load_model: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
+    """``load_model`` with every image-token copy reading through :data:`READER`, each on its own marked line."""
+    code = cst.Module([]).code_for_node
+    for line in find_statements(load_model, cst.SimpleStatementLine, _copies_image_token_index):
+        statement: cst.Assign = line.body[0]  # type: ignore[assignment]
+        source: cst.Attribute = statement.value  # type: ignore[assignment]
+        (call,) = statements(f"{code(statement.targets[0].target)} = {READER}({code(source.value)})\n", tree)
+        load_model = replace_node(load_model, line, mark(call).with_changes(leading_lines=line.leading_lines))
+    return load_model
 
 
 def _load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef]]:
-    """Every class's ``load_model`` method (the proposer and its subclasses)."""
+    """Every class's ``load_model`` method (the proposer, its base and its subclasses)."""
     return [
         (cls, statement)
         for cls in tree.body
@@ -99,38 +143,27 @@ def _load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.FunctionDef]]
     ]
 
 
-def _compared_name(branch: cst.If) -> cst.BaseExpression:
-    """The expression the chain compares with model names (``self.get_model_name(target_model)``)."""
-    comparison = branch.test
-    if (
-        isinstance(comparison, cst.Comparison)
-        and len(comparison.comparisons) == 1
-        and isinstance(comparison.comparisons[0].operator, (cst.Equal, cst.In))
-        and not isinstance(comparison.left, (cst.SimpleString, cst.ConcatenatedString))
-    ):
-        return comparison.left  # `"Beta" in name` tests a substring: no name to compare with Kimi-K2.5's
-    return only([], "a comparison of the target's model name in the elif before the generic else")  # type: ignore[return-value]
-
-
 def _native(module: cst.Module) -> Optional[str]:
-    load_models = [load_model for _, load_model in _load_models(module)]
-    if any(find(f, cst.SimpleString, lambda s: is_string(s, WRAPPER)) for f in load_models):
-        return "the proposer already knows Kimi-K2.5's media token (upstream support)"
-    if not any(find_statements(f, cst.SimpleStatementLine, _copies_image_token_index) for f in load_models):
-        return "the proposer does not copy image_token_index here (moved upstream)"
+    if not any(_config_reads(load_model) for _, load_model in _load_models(module)):
+        return f"the proposer reads no target config's {IMAGE_TOKEN_FIELD} (no generic read to make safe)"
     return None
+
+
+def names_target(source: str, architecture: str) -> bool:
+    """Whether the proposer ``source`` names ``architecture`` (a branch of its own for it): cheap, no parsing."""
+    return f'"{architecture}"' in source
 
 
 class EagleProposerTarget(SingleFileTarget):
     name = "EAGLE proposer"
-    path = PATH
+    path = PROPOSER
 
     def locate(self, release: Release) -> Optional[str]:
-        """A target only where vLLM has Kimi-K2.5 at all."""
-        return PATH if release.exists(KIMI_K25_MODEL) and release.exists(PATH) else None
+        """The file whose ``load_model`` copies a multimodal target's image token (None: no proposer does)."""
+        return next((path for path in PROPOSER_FILES if IMAGE_TOKEN_FIELD in (release.read(path) or "")), None)
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
-        return judge(source, KimiK25MediaToken, native=_native, reads=lambda function: function.name == LOAD_MODEL)
+        return judge(source, ImageTokenFromConfig, native=_native, reads=lambda function: function.name == LOAD_MODEL)
 
 
 TARGET = EagleProposerTarget()

@@ -47,10 +47,10 @@ def whitelist_kimi_k25(package_dir: Path) -> bytes:
     return edit(package_dir / GATE, "aux_hidden_states_supported = [", 'aux_hidden_states_supported = ["kimi_k25", ')
 
 
-def kimi_in_the_proposer(package_dir: Path) -> bytes:
-    """The other one: Kimi-K2.5 added to the proposer's list of multimodal targets."""
-    first = '"Qwen2_5_VLForConditionalGeneration",'
-    return edit(package_dir / PROPOSER, first, f'{first}\n                "KimiK25ForConditionalGeneration",')
+def image_token_fixed_in_the_proposer(package_dir: Path) -> bytes:
+    """The other one: the proposer's generic read of the image token made safe by hand."""
+    generic = "target_model.config.image_token_index"
+    return edit(package_dir / PROPOSER, generic, 'getattr(target_model.config, "image_token_index", None)')
 
 
 def a_note_in_the_proposer(package_dir: Path) -> bytes:
@@ -100,10 +100,10 @@ def test_a_hand_edit_before_the_first_apply_is_refused_then_accepted_and_revert_
 
 
 def test_a_hand_edit_that_looks_like_upstream_support_is_left_alone_and_named(release):
-    """Kimi-K2.5 added to the proposer's list by hand reads as upstream support: apply leaves the
+    """The proposer's image-token read made safe by hand reads as upstream support: apply leaves the
     file alone (it takes no original from it), and status and apply say it was edited."""
     package_dir = release("0.17.1")
-    hand_edited = kimi_in_the_proposer(package_dir)
+    hand_edited = image_token_fixed_in_the_proposer(package_dir)
     report = status(package_dir)
     proposer = target(report, PROPOSER)
     assert proposer["state"] == "native" and proposer["original"] == "modified-since-install"

@@ -13,6 +13,7 @@ from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY
 from packaging.version import Version
 
 from vllm_eagle3_patch.codemod.target import Policy
+from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES
 from vllm_eagle3_patch.registry import FAMILIES
 
 pytestmark = pytest.mark.matrix  # every release of the corpus, each with its inner suite: the full command's
@@ -82,7 +83,7 @@ FAMILY_FILES = {
     if f.policy is not Policy.REQUIRED
     for path in (f.path, *([f.wrapper.path] if f.wrapper else []))
 }
-NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py"}
+NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py"}
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
 UPSTREAM_FROM = {
     "model_executor/models/minimax_m2.py": "0.20.0",
@@ -180,6 +181,36 @@ def test_the_unpatched_newest_release_fails_the_family_tests(release, modern_pyt
         modern_python, release(FAMILIES_ONLY[-1]), "--deselect", WRAPPER_TEST, suite="test_family_behaviour.py"
     )
     assert inner.returncode == 1, inner.stdout[-3000:]
+
+
+PROPOSER_RELEASES = [
+    pytest.param("0.17.1", "engine_python", id="0.17.1"),  # the token chosen in eagle.py; Kimi-K2.5 not named yet
+    pytest.param("0.21.0", "engine_python", id="0.21.0"),  # in llm_base_proposer.py, Kimi-K2.5 named upstream
+    pytest.param("0.33.0", "modern_python", id="0.33.0"),  # the newest
+]
+
+
+@pytest.mark.parametrize(("version", "interpreter"), PROPOSER_RELEASES)
+def test_proposer_reads_every_multimodal_config(version, interpreter, release, request):
+    """The file holding the proposer's ``load_model`` is the proposer's target: unpatched, the inner proposer
+    tests fail for the configs without ``image_token_index``; patched (and nothing else), they pass; revert
+    gives back the wheel's bytes."""
+    python = request.getfixturevalue(interpreter)
+    package_dir = release(version)
+    (proposer,) = [t for t in status(package_dir)["targets"] if t["file"] in PROPOSER_FILES]
+    assert proposer["state"] == "unpatched", proposer
+    unpatched = run_inside(python, package_dir, suite="test_eagle_proposer.py")
+    assert unpatched.returncode == 1 and "image_token_index" in unpatched.stdout, unpatched.stdout[-3000:]
+
+    applied = run_cli("--vllm-dir", str(package_dir), "apply")
+    assert applied.returncode == 0, applied.stderr
+    targets = {t["file"]: t["state"] for t in status(package_dir)["targets"]}
+    assert targets[proposer["file"]] == "patched"
+    inner = run_inside(python, package_dir, "-rs", suite="test_eagle_proposer.py")
+    assert inner.returncode == 0 and "skipped" not in inner.stdout, inner.stdout[-6000:] + inner.stderr[-3000:]
+
+    assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
 
 
 @pytest.mark.parametrize("version", UNSUPPORTED)

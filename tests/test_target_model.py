@@ -23,6 +23,13 @@ def test_a_native_deepseek_passes_while_other_families_are_unpatched(release):
         assert code == 0 and model["eagle3_target"] and "native" in model["verdict"], model
 
 
+def test_kimi_k25_waits_for_the_proposer_where_it_is_not_named_there(release):
+    """0.15-0.17: the proposer's generic branch reads ``image_token_index``, which Kimi-K2.5's config lacks."""
+    package_dir = release("0.17.1")
+    code, model = check(package_dir, "KimiK25ForConditionalGeneration")
+    assert code == 1 and "v1/spec_decode/eagle.py is unpatched" in model["verdict"], model
+
+
 def test_glm5_needs_the_gate_that_upstream_left_it_out_of(release):
     """0.18-0.21's whitelist lists DeepSeek's types but not GLM-5's ``glm_moe_dsa``."""
     package_dir = release("0.18.0")

@@ -16,15 +16,18 @@ from ..codemod.family import Family
 from ..codemod.target import State
 from ..discovery import model_types
 from ..eagle3.class_chain import ChainReader, registry_module
-from ..eagle3.release import PROPOSER
+from ..eagle3.release import PROPOSER_FILES
 from ..errors import ToolError
-from ..patches.eagle_proposer import WRAPPER as MEDIA_TOKEN_WRAPPER
+from ..patches.eagle_proposer import names_target
 from ..plan import FilePlan, Plan
 from ..registry import FAMILIES
 from .drafter_config import ModelConfig, read_config
 from .gate import GateVerdict, gate_verdict, quoted
 
 READY = (State.PATCHED, State.NATIVE)
+NO_IMAGE_TOKEN_INDEX = frozenset({"KimiK25ForConditionalGeneration"})
+"""Wrappers whose config has no ``image_token_index``: the proposer's generic read fails for them, so its file is
+on their path wherever it does not name them."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,8 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     paths = {family.path}
     if wrapper and family.wrapper is not None:
         paths.add(family.wrapper.path)
-        if family.wrapper.cls == MEDIA_TOKEN_WRAPPER:
-            paths.add(PROPOSER)  # the proposer must find Kimi-K2.5's media token
+        if family.wrapper.cls in NO_IMAGE_TOKEN_INDEX:
+            paths.update(_proposer_reading_generically(plan, family.wrapper.cls))
     if family.forward_from is not None:
         paths.add(family.forward_from.path)  # its model runs that family's forward
     files = tuple(f for f in plan.files if f.path in paths)
@@ -134,6 +137,15 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
         named = (family.wrapper.text_model_type,)  # the runner's text config is its language model's
     types = named or family.model_types
     return TargetModel(architecture, module, family, files, gate(types), False, config is not None)
+
+
+def _proposer_reading_generically(plan: Plan, architecture: str) -> tuple[str, ...]:
+    """The proposer's file, where its ``load_model`` does not name ``architecture`` (its generic branch serves it)."""
+    return tuple(
+        f.path
+        for f in plan.files
+        if f.path in PROPOSER_FILES and not names_target(plan.release.read(f.path) or "", architecture)
+    )
 
 
 def _architecture(model: str, config: Optional[ModelConfig]) -> str:

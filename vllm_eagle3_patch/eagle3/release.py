@@ -44,6 +44,11 @@ EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
 MARKER = "vllm-eagle3-patch"
 """The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
 PROPOSER = "v1/spec_decode/eagle.py"
+PROPOSER_FILES = ("v1/spec_decode/llm_base_proposer.py", PROPOSER)
+"""Where a proposer's ``load_model`` may copy a multimodal target's image token: the proposers' shared base,
+once it has a file of its own, else the EAGLE proposer's file."""
+IMAGE_TOKEN_FIELD = "image_token_index"
+"""The drafter config's field for the target's image token, and the field the proposer's generic branch reads."""
 RELAY = "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
 """Model runner V2's EAGLE-3 helpers: from 0.30.0 they carry aux states across pipeline ranks."""
 RELAY_SIGN = "def aux_hidden_state_relay_keys"

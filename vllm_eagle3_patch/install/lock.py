@@ -7,18 +7,24 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Protocol
 
 from ..errors import ToolError
 
-if TYPE_CHECKING:
-    from .manifest import StateDir
+
+class StateDirectory(Protocol):
+    """Where a run's lock lives (``manifest.StateDir``): the directory, made on demand."""
+
+    path: Path
+
+    def make(self) -> None: ...
+
 
 LOCK_WAIT_SECONDS = 10.0
 
 
 @contextmanager
-def locked(state_dir: StateDir) -> Iterator[None]:
+def locked(state_dir: StateDirectory) -> Iterator[None]:
     """Hold the lock of ``state_dir``; a second run waits briefly, then refuses.
 
     ``revert`` deletes the state directory, lock file included, while holding the lock; a

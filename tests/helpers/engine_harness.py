@@ -60,7 +60,8 @@ def run_engine(
         "target": str(models / target),
         "limit_mm_per_prompt": TEXT_ONLY.get(target),
         "drafter": str(models / drafter) if drafter else None,
-        "prompts": reference["prompts"],
+        "prompts": reference.get("engine_prompts", reference["prompts"]),  # a placeholder per image, unexpanded
+        "images": reference.get("images"),
         "max_tokens": len(reference["sets"]["default"]["trajectories"][0]) - len(reference["prompts"][0]),
         "eager": not compiled,
         "in_place_rms_norm": in_place_rms_norm,

@@ -62,9 +62,11 @@ def build(
 
     ``ask_vllm``: the default set is what the installed ``DeepseekV2ForCausalLM`` returns for
     a model of this depth, so the check follows whatever the installed patch chooses.
-    ``family``: the target's ``model_type`` (``tiny_models.TARGETS``).
+    ``family``: the target's ``model_type`` (``tiny_models.TARGETS``), or a multimodal architecture
+    around one (``tiny_multimodal.WRAPPERS``).
     """
     import tiny_models
+    import tiny_multimodal
 
     if ask_vllm and family != "deepseek_v3":
         raise SystemExit("--ask-vllm asks vLLM's DeepseekV2ForCausalLM: it names DeepSeek-V3's ids only")
@@ -73,7 +75,10 @@ def build(
     sets: dict[str, tuple[int, ...]] = {"default": asked or (2, n // 2, n - 3)}
     if not ask_vllm:
         sets["edges"] = (0, n // 2, n)
-    summary = tiny_models.build_all(directory, sets, num_layers=n, family=family)
+    if family in tiny_multimodal.WRAPPERS:
+        summary = tiny_multimodal.build_all(directory, sets, n, wrapper=family)
+    else:
+        summary = tiny_models.build_all(directory, sets, num_layers=n, family=family)
     (directory / "reference.json").write_text(json.dumps(summary))
     return {"built": str(directory), "family": family, "num_layers": n, "sets": {k: list(v) for k, v in sets.items()}}
 
@@ -179,8 +184,9 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         llm = LLM(**_engine_arguments(case, on_cpu))
         captured.clear()  # what warm-up runs fed the drafter is not the prompts' states
         params = SamplingParams(temperature=0.0, max_tokens=case["max_tokens"], ignore_eos=True)
-        outputs = llm.generate([{"prompt_token_ids": list(p)} for p in case["prompts"]], params, use_tqdm=False)
+        outputs = llm.generate(_prompts(case), params, use_tqdm=False)
         result["tokens"] = [list(o.outputs[0].token_ids) for o in outputs]
+        result["prompt_token_ids"] = [list(o.prompt_token_ids) for o in outputs]
         result.update(_spec_counts(llm, on_cpu))
         result["compilation"] = _compilation(llm)
         if captured:
@@ -192,6 +198,20 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         result["error"] = f"{type(error).__name__}: {error}"
         result["traceback"] = traceback.format_exc()[-4000:]
     return result
+
+
+def _prompts(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """vLLM's inputs: each prompt's ids, with its picture where the case gives one."""
+    images = case.get("images") or [None] * len(case["prompts"])
+    inputs: list[dict[str, Any]] = []
+    for ids, image in zip(case["prompts"], images):
+        prompt: dict[str, Any] = {"prompt_token_ids": list(ids)}
+        if image is not None:
+            import tiny_multimodal
+
+            prompt["multi_modal_data"] = {"image": tiny_multimodal.synthetic_image(**image)}
+        inputs.append(prompt)
+    return inputs
 
 
 def _compilation(llm: Any) -> dict[str, Any]:

@@ -31,6 +31,7 @@ LAYERS = 8
 """Eight layers: the default ids ``(2, n // 2, n - 3)`` are ``(2, 4, 5)``, three distinct states."""
 PROMPTS = ((5, 17, 33, 42, 8, 71), (90, 12, 3, 58, 27, 64))
 NEW_TOKENS = 20
+EOS = 1
 LOGIT_MARGIN = 8.0
 """The solved drafter gives the wanted token this much more logit than any other."""
 
@@ -145,6 +146,11 @@ TARGETS: dict[str, TinyTarget] = {
             "tie_word_embeddings": False,
         },
     ),
+    "qwen2": TinyTarget(  # native in vLLM: the language model of a multimodal wrapper (tiny_multimodal.py)
+        "Qwen2ForCausalLM",
+        "Qwen2Config",
+        {"intermediate_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": False},
+    ),
     "qwen2_moe": TinyTarget(
         "Qwen2MoeForCausalLM",
         "Qwen2MoeConfig",
@@ -248,12 +254,16 @@ def target_config(num_layers: int = LAYERS, family: str = "deepseek_v3") -> Any:
     return config_class(**{**COMMON_CONFIG, **tiny.config}, num_hidden_layers=num_layers)
 
 
-def build_tokenizer(directory: Path) -> None:
-    """A word-level tokenizer over ``<s> </s> <unk> w3 ... w95``: enough for vLLM to load one."""
+def build_tokenizer(directory: Path, words_by_id: dict[int, str] | None = None) -> None:
+    """A word-level tokenizer over ``<s> </s> <unk> w3 ... w95``: enough for vLLM to load one.
+
+    ``words_by_id``: other words for some ids (a multimodal target's placeholders)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     words = ["<s>", "</s>", "<unk>", *(f"w{i}" for i in range(3, VOCAB))]
+    for token_id, word in (words_by_id or {}).items():
+        words[token_id] = word
     tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(words)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
@@ -359,26 +369,32 @@ def build_gemma3_mm(directory: Path, target: Path) -> None:
 WRAPPERS = {"kimi-k25": build_kimi_k25, "gemma3-mm": build_gemma3_mm}
 
 
-def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:
+def reference(model: Any, layer_ids: Sequence[int], inputs: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Greedy trajectories of transformers and the residual stream at ``layer_ids`` along them.
 
     vLLM's id ``k < n`` is the input of layer ``k``: transformers' ``output_hidden_states[k]``.
     Id ``n`` is the output of the last layer before the final norm; transformers' last entry
     is after the norm, so that one is taken with a hook on the last layer.  The logit margin
     says how far float noise (vLLM adds up in another order, about 1e-5) is from flipping a
-    greedy choice.
+    greedy choice.  ``inputs``: the model's inputs for each prompt (``input_ids`` and, for a
+    multimodal target, its pixels); ``PROMPTS`` if None.
     """
     import torch
 
+    if inputs is None:
+        inputs = [{"input_ids": torch.tensor([prompt])} for prompt in PROMPTS]
     trajectories, states, margins = [], [], []
-    for prompt in PROMPTS:
-        ids = torch.tensor([prompt])
+    for prompt in inputs:
+        media = {key: value for key, value in prompt.items() if key != "input_ids"}
+        length = prompt["input_ids"].shape[1]
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
+            out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
             sequence = out[0].tolist()
-            captured = hidden_states_at(model, torch.tensor([sequence]), layer_ids)
-            logits = model(torch.tensor([sequence])).logits[0]
-        top2 = logits[len(prompt) - 1 : -1].topk(2, dim=-1).values  # the positions that chose a new token
+            captured = hidden_states_at(model, torch.tensor([sequence]), layer_ids, media)
+            logits = model(torch.tensor([sequence]), **media).logits[0]
+        if logits[length - 1 : -1].argmax(dim=-1).tolist() != sequence[length:]:  # min_new_tokens hid the end
+            raise AssertionError(f"the target would end a prompt early (token {EOS}): choose another seed")
+        top2 = logits[length - 1 : -1].topk(2, dim=-1).values  # the positions that chose a new token
         margins.append(float((top2[:, 0] - top2[:, 1]).min()))
         trajectories.append(sequence)
         states.append(captured)
@@ -387,16 +403,19 @@ def reference(model: Any, layer_ids: Sequence[int]) -> dict[str, Any]:
 
 def decoder_layers(model: Any) -> Any:
     """The model's list of decoder layers, wherever its class keeps it (``model.layers``, GPT-2's
-    ``transformer.h``, OPT's ``model.decoder.layers``): the one ``ModuleList`` as long as the layer count."""
+    ``transformer.h``, OPT's ``model.decoder.layers``, a wrapper's language model): the one ``ModuleList``
+    as long as the language model's layer count."""
     import torch
 
-    count = model.config.num_hidden_layers
+    count = model.config.get_text_config().num_hidden_layers
     (layers,) = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == count][:1]
     return layers
 
 
-def hidden_states_at(model: Any, sequence: Any, layer_ids: Sequence[int]) -> list[list[list[float]]]:
-    """``[position][layer id in order][hidden]`` for one sequence."""
+def hidden_states_at(
+    model: Any, sequence: Any, layer_ids: Sequence[int], media: dict[str, Any] | None = None
+) -> list[list[list[float]]]:
+    """``[position][layer id in order][hidden]`` for one sequence (and its pixels, if any)."""
     import torch
 
     layers = decoder_layers(model)
@@ -404,7 +423,7 @@ def hidden_states_at(model: Any, sequence: Any, layer_ids: Sequence[int]) -> lis
     hook = layers[-1].register_forward_hook(lambda module, args, output: last_output.append(output))
     try:
         with torch.no_grad():
-            hidden = model(sequence, output_hidden_states=True).hidden_states
+            hidden = model(sequence, output_hidden_states=True, **(media or {})).hidden_states
     finally:
         hook.remove()
     last = last_output[-1][0] if isinstance(last_output[-1], tuple) else last_output[-1]
@@ -500,32 +519,57 @@ def save_drafter(
 def build_all(
     directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int = LAYERS, family: str = "deepseek_v3"
 ) -> dict[str, Any]:
-    """The target, and for each named id set a state-dependent and a blind drafter.
-
-    ``layer_id_sets``: ``{"default": (2, 4, 5), "edges": (0, 4, 8)}``.  The drafter of a set
-    named ``default`` carries no ids (the target chooses); the others carry theirs, and a
-    copy ``-without-ids`` does not: fed the default layers, it must get nothing accepted.
-    """
+    """The target and its drafters (``build_drafters``)."""
     model = build_target(directory / "target", num_layers, family=family)
     for wrapper in TARGETS[family].wrappers:
         WRAPPERS[wrapper](directory / wrapper, directory / "target")
-    summary: dict[str, Any] = {
+    return {
         "target": str(directory / "target"),
         "family": family,
         "num_layers": num_layers,
         "prompts": PROMPTS,
-        "sets": {},
+        "sets": build_drafters(directory, model, layer_id_sets),
     }
+
+
+def usable_reference(
+    model: Any, layer_ids: Sequence[int], inputs: Sequence[dict[str, Any]] | None = None, forbidden: Sequence[int] = ()
+) -> dict[str, Any]:
+    """``reference``, refused (AssertionError) where the target produces token 0 (the blind drafter's
+    constant draft) or one of ``forbidden``."""
+    data = reference(model, layer_ids, inputs)
+    lengths = [len(p) for p in PROMPTS] if inputs is None else [p["input_ids"].shape[1] for p in inputs]
+    for sequence, length in zip(data["trajectories"], lengths):
+        if 0 in sequence[length:]:
+            raise AssertionError("the target produces token 0, the blind drafter's constant draft")
+        if set(forbidden) & set(sequence[length:]):
+            raise AssertionError(f"the target produces one of {list(forbidden)}, which it must not")
+    return data
+
+
+def build_drafters(
+    directory: Path,
+    model: Any,
+    layer_id_sets: dict[str, Sequence[int]],
+    inputs: Sequence[dict[str, Any]] | None = None,
+    forbidden: Sequence[int] = (),
+) -> dict[str, Any]:
+    """For each named id set, the reference and a state-dependent and a blind drafter.
+
+    ``layer_id_sets``: ``{"default": (2, 4, 5), "edges": (0, 4, 8)}``.  The drafter of a set
+    named ``default`` carries no ids (the target chooses); the others carry theirs, and a
+    copy ``-without-ids`` does not: fed the default layers, it must get nothing accepted.
+    ``inputs``: the model's inputs per prompt (``reference``); ``forbidden``: ids the target must not
+    produce either (a multimodal target's image placeholder).
+    """
+    sets: dict[str, Any] = {}
     for name, ids in layer_id_sets.items():
-        data = reference(model, ids)
-        for sequence in data["trajectories"]:
-            if 0 in sequence[len(PROMPTS[0]) :]:
-                raise AssertionError("the target produces token 0, the blind drafter's constant draft")
+        data = usable_reference(model, ids, inputs, forbidden)
         solved = solve_drafter(data)
         carried = None if name == "default" else ids
         save_drafter(directory / f"drafter-{name}", solved, carried)
         save_drafter(directory / f"drafter-{name}-blind", solved, carried, blind=True)
         if carried is not None:  # trained on these layers but silent about them: the target's default reaches it
             save_drafter(directory / f"drafter-{name}-without-ids", solved, None)
-        summary["sets"][name] = {"layer_ids": list(ids), **data}
-    return summary
+        sets[name] = {"layer_ids": list(ids), **data}
+    return sets

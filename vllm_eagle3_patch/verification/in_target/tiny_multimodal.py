@@ -1,0 +1,223 @@
+"""Tiny random vision-language targets for the multimodal rule's engine run: a tiny text target of
+``tiny_models.TARGETS`` inside transformers' own wrapper class, beside a tiny random vision tower, with
+a processor built locally (tokenizer and image processor; nothing downloaded).
+
+vLLM serves each through its registered multimodal wrapper (``llava_next.py``, ``llava_onevision.py``),
+which builds the language model with ``init_vllm_registered_model``: the wrapper is the class the
+runner holds and asks for EAGLE-3.  Transformers' wrapper is the numeric reference, with the image:
+its greedy tokens, and its language model's ``output_hidden_states`` at every position (image
+placeholders included, where the merged embeddings enter the decoder).
+
+One prompt is text only, the other starts with an image (a small synthetic picture both sides build
+from the same seed).  vLLM is given the image placeholder once and expands it as its processor does;
+the reference holds the ids transformers' processor expanded, which the engine must reproduce.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import tiny_models
+
+IMAGE_SIZE = 28
+PATCH_SIZE = 14
+IMAGE_TOKEN = tiny_models.VOCAB - 1
+VIDEO_TOKEN = tiny_models.VOCAB - 2
+SPECIAL_WORDS = {IMAGE_TOKEN: "<image>", VIDEO_TOKEN: "<video>"}
+IMAGE_SEEDS = range(3, 24)
+"""The synthetic pictures tried for the image prompt (``synthetic_image``), the first that suits taken."""
+VISION_TOWER = {
+    "hidden_size": 64,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,  # LLaVA-NeXT reads the second-to-last layer
+    "num_attention_heads": 2,
+    "image_size": IMAGE_SIZE,
+    "patch_size": PATCH_SIZE,
+}
+PINPOINTS = [[IMAGE_SIZE, IMAGE_SIZE]]
+"""One any-resolution grid: the picture is one tile beside its resized whole."""
+
+
+@dataclass(frozen=True)
+class TinyWrapper:
+    """How transformers builds one multimodal architecture around a tiny text target."""
+
+    architecture: str
+    """vLLM's registered multimodal architecture (``_MULTIMODAL_MODELS``) and transformers' class."""
+    config_class: str
+    language_model: str
+    """The text family inside (``tiny_models.TARGETS``)."""
+    config: Callable[[], dict[str, Any]]
+    processor: Callable[[Any], Any]
+    """The processor, from the tokenizer."""
+
+
+def _llava_next_config() -> dict[str, Any]:
+    return {
+        "vision_config": {"model_type": "clip_vision_model", **VISION_TOWER, "projection_dim": 64},
+        "image_token_index": IMAGE_TOKEN,
+        "image_grid_pinpoints": PINPOINTS,
+        "vision_feature_select_strategy": "default",  # the class token dropped
+        "vision_feature_layer": -2,
+        "image_seq_length": (IMAGE_SIZE // PATCH_SIZE) ** 2,
+    }
+
+
+def _llava_next_processor(tokenizer: Any) -> Any:
+    import transformers
+
+    image_processor = transformers.LlavaNextImageProcessor(
+        size={"shortest_edge": IMAGE_SIZE},
+        crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+        image_grid_pinpoints=PINPOINTS,
+    )
+    return transformers.LlavaNextProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,  # CLIP's class token
+    )
+
+
+def _llava_onevision_config() -> dict[str, Any]:
+    return {
+        "vision_config": {"model_type": "siglip_vision_model", **VISION_TOWER},
+        "image_token_index": IMAGE_TOKEN,
+        "video_token_index": VIDEO_TOKEN,
+        "image_grid_pinpoints": PINPOINTS,
+        "vision_feature_select_strategy": "full",
+        "vision_feature_layer": -1,
+    }
+
+
+def _llava_onevision_processor(tokenizer: Any) -> Any:
+    import transformers
+
+    image_processor = transformers.LlavaOnevisionImageProcessor(
+        size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, image_grid_pinpoints=PINPOINTS
+    )
+    return transformers.LlavaOnevisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        num_image_tokens=(IMAGE_SIZE // PATCH_SIZE) ** 2,
+        vision_feature_select_strategy="full",
+    )
+
+
+WRAPPERS: dict[str, TinyWrapper] = {
+    # Mixtral: a mixture of experts, and a language model this tool patches
+    "llava_next": TinyWrapper(
+        "LlavaNextForConditionalGeneration", "LlavaNextConfig", "mixtral", _llava_next_config, _llava_next_processor
+    ),
+    # Qwen2: a language model vLLM gives EAGLE-3 itself, in a wrapper that does not hand it on
+    "llava_onevision": TinyWrapper(
+        "LlavaOnevisionForConditionalGeneration",
+        "LlavaOnevisionConfig",
+        "qwen2",
+        _llava_onevision_config,
+        _llava_onevision_processor,
+    ),
+}
+"""The multimodal architectures a tiny target can be built for, by the name ``--family`` takes."""
+
+
+def synthetic_image(size: int, seed: int) -> Any:
+    """A ``size`` x ``size`` RGB picture of random pixels, the same in every interpreter."""
+    from PIL import Image
+
+    pixels = random.Random(seed).randbytes(size * size * 3)
+    return Image.frombytes("RGB", (size, size), pixels)
+
+
+def build_tokenizer(directory: Path) -> Any:
+    """``tiny_models``' word-level tokenizer, its last words the image and video placeholders (special
+    tokens, so that a processor's run of placeholders splits into one id each)."""
+    from transformers import AutoTokenizer
+
+    tiny_models.build_tokenizer(directory, SPECIAL_WORDS)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_WORDS.values())})
+    tokenizer.save_pretrained(directory)
+    return tokenizer
+
+
+def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, Any]:
+    """The tiny text target of the wrapper's language model inside transformers' wrapper class, beside a
+    random vision tower, saved with its processor; returns the model and the processor."""
+    import transformers
+
+    tiny = WRAPPERS[wrapper]
+    text_directory = directory.parent / f"{directory.name}-language-model"
+    tiny_models.build_target(text_directory, num_layers, family=tiny.language_model)
+    text = transformers.AutoModelForCausalLM.from_pretrained(text_directory).float().eval()
+    config_class = getattr(transformers, tiny.config_class)
+    config = config_class(
+        text_config=text.config.to_dict(),
+        tie_word_embeddings=text.config.tie_word_embeddings,
+        torch_dtype="float32",
+        **tiny.config(),
+    )
+    model = getattr(transformers, tiny.architecture)(config).float().eval()
+    model.model.language_model.load_state_dict(text.model.state_dict())
+    model.lm_head.load_state_dict(text.lm_head.state_dict())
+    model.save_pretrained(directory, safe_serialization=True)
+    processor = tiny.processor(build_tokenizer(directory))
+    processor.save_pretrained(directory)
+    return model, processor
+
+
+def prompts(
+    processor: Any, image: dict[str, int]
+) -> tuple[list[dict[str, Any]], list[list[int]], list[dict[str, int] | None]]:
+    """Transformers' inputs for each prompt, the ids vLLM is given, and each prompt's picture (or None):
+    ``tiny_models.PROMPTS``' first text only, its second after ``image`` (``synthetic_image``'s arguments)."""
+    text_prompt, image_prompt = tiny_models.PROMPTS[:2]
+    words = " ".join(f"w{i}" for i in image_prompt)
+    image_inputs = processor(
+        text=f"{SPECIAL_WORDS[IMAGE_TOKEN]} {words}", images=[synthetic_image(**image)], return_tensors="pt"
+    )
+    import torch
+
+    for text_only in ("attention_mask", "token_type_ids"):  # one unpadded prompt; no training mask
+        image_inputs.pop(text_only, None)
+
+    inputs = [{"input_ids": torch.tensor([text_prompt])}, dict(image_inputs)]
+    given = [list(text_prompt), [IMAGE_TOKEN, *image_prompt]]
+    return inputs, given, [None, image]
+
+
+def suitable_image(model: Any, processor: Any, layer_ids: Sequence[int]) -> dict[str, int]:
+    """The first picture of ``IMAGE_SEEDS`` after which the random target neither ends early, nor produces
+    token 0 or the image placeholder (which transformers would then take for a second picture)."""
+    refusals = []
+    for seed in IMAGE_SEEDS:
+        image = {"size": IMAGE_SIZE, "seed": seed}
+        try:
+            tiny_models.usable_reference(model, layer_ids, prompts(processor, image)[0], forbidden=(IMAGE_TOKEN,))
+        except (AssertionError, ValueError) as refusal:  # ValueError: transformers counting placeholders
+            refusals.append(f"{seed}: {refusal}")
+            continue
+        return image
+    raise AssertionError(f"no picture suits this target: {refusals}")
+
+
+def build_all(directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int, wrapper: str) -> dict[str, Any]:
+    """The wrapped target, its drafters for each id set (``tiny_models.build_drafters``) and the reference."""
+    model, processor = build_target(directory / "target", wrapper, num_layers)
+    inputs, given, images = prompts(processor, suitable_image(model, processor, layer_id_sets["default"]))
+    summary = {
+        "target": str(directory / "target"),
+        "family": wrapper,
+        "architecture": WRAPPERS[wrapper].architecture,
+        "num_layers": num_layers,
+        "prompts": [prompt["input_ids"][0].tolist() for prompt in inputs],
+        "engine_prompts": given,
+        "images": images,
+        "sets": tiny_models.build_drafters(directory, model, layer_id_sets, inputs, forbidden=(IMAGE_TOKEN,)),
+    }
+    return summary

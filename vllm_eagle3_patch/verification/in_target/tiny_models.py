@@ -246,12 +246,15 @@ TARGETS: dict[str, TinyTarget] = {
 """The families a tiny target can be built for, by ``model_type``."""
 
 
-def target_config(num_layers: int = LAYERS, family: str = "deepseek_v3") -> Any:
+def target_config(
+    num_layers: int = LAYERS, family: str = "deepseek_v3", overrides: dict[str, Any] | None = None
+) -> Any:
+    """``family``'s tiny config; ``overrides``: what a caller sets otherwise (a wrapper's language model)."""
     import transformers
 
     tiny = TARGETS[family]
     config_class = getattr(transformers, tiny.config_class)
-    return config_class(**{**COMMON_CONFIG, **tiny.config}, num_hidden_layers=num_layers)
+    return config_class(**{**COMMON_CONFIG, **tiny.config, **(overrides or {})}, num_hidden_layers=num_layers)
 
 
 def build_tokenizer(directory: Path, words_by_id: dict[int, str] | None = None) -> None:
@@ -270,14 +273,20 @@ def build_tokenizer(directory: Path, words_by_id: dict[int, str] | None = None) 
     wrapped.save_pretrained(directory)
 
 
-def build_target(directory: Path, num_layers: int = LAYERS, seed: int = 0, family: str = "deepseek_v3") -> Any:
+def build_target(
+    directory: Path,
+    num_layers: int = LAYERS,
+    seed: int = 0,
+    family: str = "deepseek_v3",
+    overrides: dict[str, Any] | None = None,
+) -> Any:
     """Random weights of ``family`` saved as safetensors, with the tokenizer beside them."""
     import torch
     import transformers
 
     torch.manual_seed(seed)
     model_class = getattr(transformers, TARGETS[family].model_class)
-    model = model_class(target_config(num_layers, family)).float().eval()
+    model = model_class(target_config(num_layers, family, overrides)).float().eval()
     model.save_pretrained(directory, safe_serialization=True)
     build_tokenizer(directory)
     return model
@@ -369,29 +378,37 @@ def build_gemma3_mm(directory: Path, target: Path) -> None:
 WRAPPERS = {"kimi-k25": build_kimi_k25, "gemma3-mm": build_gemma3_mm}
 
 
-def reference(model: Any, layer_ids: Sequence[int], inputs: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+Served = tuple[Any, dict[str, Any]]
+"""A prompt as transformers takes it: the model that serves it, and its inputs (``input_ids`` and, for a
+multimodal target, its pixels)."""
+
+
+def reference(model: Any, layer_ids: Sequence[int], inputs: Sequence[Served] | None = None) -> dict[str, Any]:
     """Greedy trajectories of transformers and the residual stream at ``layer_ids`` along them.
 
     vLLM's id ``k < n`` is the input of layer ``k``: transformers' ``output_hidden_states[k]``.
     Id ``n`` is the output of the last layer before the final norm; transformers' last entry
     is after the norm, so that one is taken with a hook on the last layer.  The logit margin
     says how far float noise (vLLM adds up in another order, about 1e-5) is from flipping a
-    greedy choice.  ``inputs``: the model's inputs for each prompt (``input_ids`` and, for a
-    multimodal target, its pixels); ``PROMPTS`` if None.
+    greedy choice.  ``inputs``: each prompt with the model serving it; ``PROMPTS`` served by ``model``
+    (``generate``) if None, else each continued by a plain greedy loop (a wrapper's ``generate``
+    differs from class to class).
     """
     import torch
 
-    if inputs is None:
-        inputs = [{"input_ids": torch.tensor([prompt])} for prompt in PROMPTS]
+    served = inputs or [(model, {"input_ids": torch.tensor([prompt])}) for prompt in PROMPTS]
     trajectories, states, margins = [], [], []
-    for prompt in inputs:
+    for server, prompt in served:
         media = {key: value for key, value in prompt.items() if key != "input_ids"}
         length = prompt["input_ids"].shape[1]
         with torch.no_grad():
-            out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
+            if inputs is None:
+                out = server.generate(**prompt, max_new_tokens=NEW_TOKENS, do_sample=False, min_new_tokens=NEW_TOKENS)
+            else:
+                out = _greedy(server, prompt["input_ids"], media)
             sequence = out[0].tolist()
-            captured = hidden_states_at(model, torch.tensor([sequence]), layer_ids, media)
-            logits = model(torch.tensor([sequence]), **media).logits[0]
+            captured = hidden_states_at(server, torch.tensor([sequence]), layer_ids, media)
+            logits = server(input_ids=torch.tensor([sequence]), **media).logits[0]
         if logits[length - 1 : -1].argmax(dim=-1).tolist() != sequence[length:]:  # min_new_tokens hid the end
             raise AssertionError(f"the target would end a prompt early (token {EOS}): choose another seed")
         top2 = logits[length - 1 : -1].topk(2, dim=-1).values  # the positions that chose a new token
@@ -399,6 +416,17 @@ def reference(model: Any, layer_ids: Sequence[int], inputs: Sequence[dict[str, A
         trajectories.append(sequence)
         states.append(captured)
     return {"trajectories": trajectories, "states": states, "min_logit_margin": min(margins)}
+
+
+def _greedy(model: Any, input_ids: Any, media: dict[str, Any]) -> Any:
+    """``NEW_TOKENS`` greedy tokens after ``input_ids``, the whole sequence run at each step (no cache)."""
+    import torch
+
+    sequence = input_ids
+    for _ in range(NEW_TOKENS):
+        chosen = model(input_ids=sequence, **media).logits[0, -1].argmax()
+        sequence = torch.cat([sequence, chosen.view(1, 1)], dim=1)
+    return sequence
 
 
 def decoder_layers(model: Any) -> Any:
@@ -423,9 +451,12 @@ def hidden_states_at(
     hook = layers[-1].register_forward_hook(lambda module, args, output: last_output.append(output))
     try:
         with torch.no_grad():
-            hidden = model(sequence, output_hidden_states=True, **(media or {})).hidden_states
+            output = model(input_ids=sequence, output_hidden_states=True, **(media or {}))
     finally:
         hook.remove()
+    # BLIP-2 keeps its language model's output apart
+    hidden = getattr(output, "language_model_outputs", None) or output
+    hidden = hidden.hidden_states
     last = last_output[-1][0] if isinstance(last_output[-1], tuple) else last_output[-1]
     per_id = [last[0] if k == len(layers) else hidden[k][0] for k in sorted(layer_ids)]
     return torch.stack(per_id, dim=1).tolist()
@@ -533,12 +564,12 @@ def build_all(
 
 
 def usable_reference(
-    model: Any, layer_ids: Sequence[int], inputs: Sequence[dict[str, Any]] | None = None, forbidden: Sequence[int] = ()
+    model: Any, layer_ids: Sequence[int], inputs: Sequence[Served] | None = None, forbidden: Sequence[int] = ()
 ) -> dict[str, Any]:
     """``reference``, refused (AssertionError) where the target produces token 0 (the blind drafter's
     constant draft) or one of ``forbidden``."""
     data = reference(model, layer_ids, inputs)
-    lengths = [len(p) for p in PROMPTS] if inputs is None else [p["input_ids"].shape[1] for p in inputs]
+    lengths = [len(p) for p in PROMPTS] if inputs is None else [p["input_ids"].shape[1] for _, p in inputs]
     for sequence, length in zip(data["trajectories"], lengths):
         if 0 in sequence[length:]:
             raise AssertionError("the target produces token 0, the blind drafter's constant draft")
@@ -551,7 +582,7 @@ def build_drafters(
     directory: Path,
     model: Any,
     layer_id_sets: dict[str, Sequence[int]],
-    inputs: Sequence[dict[str, Any]] | None = None,
+    inputs: Sequence[Served] | None = None,
     forbidden: Sequence[int] = (),
 ) -> dict[str, Any]:
     """For each named id set, the reference and a state-dependent and a blind drafter.

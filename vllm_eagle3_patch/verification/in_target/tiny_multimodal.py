@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -54,6 +54,13 @@ class TinyWrapper:
     config: Callable[[], dict[str, Any]]
     processor: Callable[[Any], Any]
     """The processor, from the tokenizer."""
+    placeholder_given: bool = True
+    """Whether the prompt names the image with one placeholder (vLLM expands it), or vLLM inserts every
+    placeholder itself (BLIP-2's query tokens, at the start)."""
+    text_only: Callable[[Any], Any] = lambda model: model
+    """What serves a prompt without an image in transformers (BLIP-2's wrapper always wants pixels)."""
+    language_model_config: dict[str, Any] = field(default_factory=dict)
+    """What the language model's tiny config differs in here (``tiny_models.target_config``)."""
 
 
 def _llava_next_config() -> dict[str, Any]:
@@ -109,6 +116,31 @@ def _llava_onevision_processor(tokenizer: Any) -> Any:
     )
 
 
+def _blip2_config() -> dict[str, Any]:
+    return {
+        "vision_config": VISION_TOWER,
+        "qformer_config": {
+            "hidden_size": 64,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "encoder_hidden_size": VISION_TOWER["hidden_size"],
+        },
+        "num_query_tokens": BLIP2_QUERIES,
+        "image_token_index": IMAGE_TOKEN,
+    }
+
+
+def _blip2_processor(tokenizer: Any) -> Any:
+    import transformers
+
+    image_processor = transformers.BlipImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    return transformers.Blip2Processor(
+        image_processor=image_processor, tokenizer=tokenizer, num_query_tokens=BLIP2_QUERIES
+    )
+
+
+BLIP2_QUERIES = 4
 WRAPPERS: dict[str, TinyWrapper] = {
     # Mixtral: a mixture of experts, and a language model this tool patches
     "llava_next": TinyWrapper(
@@ -121,6 +153,18 @@ WRAPPERS: dict[str, TinyWrapper] = {
         "qwen2",
         _llava_onevision_config,
         _llava_onevision_processor,
+    ),
+    # OPT: a language model this tool patches, whose decoder sits in model.decoder
+    "blip2": TinyWrapper(
+        "Blip2ForConditionalGeneration",
+        "Blip2Config",
+        "opt",
+        _blip2_config,
+        _blip2_processor,
+        placeholder_given=False,
+        text_only=lambda model: model.language_model,
+        # OPT initialises from init_std (0.02), not initializer_range: at 0.02 it repeats one token
+        language_model_config={"init_std": 0.2},
     ),
 }
 """The multimodal architectures a tiny target can be built for, by the name ``--family`` takes."""
@@ -153,7 +197,9 @@ def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, A
 
     tiny = WRAPPERS[wrapper]
     text_directory = directory.parent / f"{directory.name}-language-model"
-    tiny_models.build_target(text_directory, num_layers, family=tiny.language_model)
+    tiny_models.build_target(
+        text_directory, num_layers, family=tiny.language_model, overrides=tiny.language_model_config
+    )
     text = transformers.AutoModelForCausalLM.from_pretrained(text_directory).float().eval()
     config_class = getattr(transformers, tiny.config_class)
     config = config_class(
@@ -163,42 +209,53 @@ def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, A
         **tiny.config(),
     )
     model = getattr(transformers, tiny.architecture)(config).float().eval()
-    model.model.language_model.load_state_dict(text.model.state_dict())
-    model.lm_head.load_state_dict(text.lm_head.state_dict())
+    _load_language_model(model, text)
     model.save_pretrained(directory, safe_serialization=True)
     processor = tiny.processor(build_tokenizer(directory))
     processor.save_pretrained(directory)
     return model, processor
 
 
+def _load_language_model(model: Any, text: Any) -> None:
+    """The text target's weights into the wrapper: a causal LM of its own (BLIP-2), or a decoder beside
+    the wrapper's ``lm_head`` (the LLaVA family)."""
+    inside = model.language_model if hasattr(model, "language_model") else model.model.language_model
+    if hasattr(inside, "lm_head"):
+        inside.load_state_dict(text.state_dict())
+    else:
+        inside.load_state_dict(text.model.state_dict())
+        model.lm_head.load_state_dict(text.lm_head.state_dict())
+
+
 def prompts(
-    processor: Any, image: dict[str, int]
-) -> tuple[list[dict[str, Any]], list[list[int]], list[dict[str, int] | None]]:
-    """Transformers' inputs for each prompt, the ids vLLM is given, and each prompt's picture (or None):
-    ``tiny_models.PROMPTS``' first text only, its second after ``image`` (``synthetic_image``'s arguments)."""
-    text_prompt, image_prompt = tiny_models.PROMPTS[:2]
-    words = " ".join(f"w{i}" for i in image_prompt)
-    image_inputs = processor(
-        text=f"{SPECIAL_WORDS[IMAGE_TOKEN]} {words}", images=[synthetic_image(**image)], return_tensors="pt"
-    )
+    wrapper: str, model: Any, processor: Any, image: dict[str, int]
+) -> tuple[list[tiny_models.Served], list[list[int]], list[dict[str, int] | None]]:
+    """Transformers' inputs for each prompt (``tiny_models.Served``), the ids vLLM is given, and each
+    prompt's picture (or None): ``tiny_models.PROMPTS``' first text only, its second after ``image``
+    (``synthetic_image``'s arguments)."""
     import torch
 
+    tiny = WRAPPERS[wrapper]
+    text_prompt, image_prompt = tiny_models.PROMPTS[:2]
+    words = " ".join(f"w{i}" for i in image_prompt)
+    text = f"{SPECIAL_WORDS[IMAGE_TOKEN]} {words}" if tiny.placeholder_given else words
+    image_inputs = processor(text=text, images=[synthetic_image(**image)], return_tensors="pt")
     for text_only in ("attention_mask", "token_type_ids"):  # one unpadded prompt; no training mask
         image_inputs.pop(text_only, None)
+    served = [(tiny.text_only(model), {"input_ids": torch.tensor([text_prompt])}), (model, dict(image_inputs))]
+    given = [list(text_prompt), [IMAGE_TOKEN, *image_prompt] if tiny.placeholder_given else list(image_prompt)]
+    return served, given, [None, image]
 
-    inputs = [{"input_ids": torch.tensor([text_prompt])}, dict(image_inputs)]
-    given = [list(text_prompt), [IMAGE_TOKEN, *image_prompt]]
-    return inputs, given, [None, image]
 
-
-def suitable_image(model: Any, processor: Any, layer_ids: Sequence[int]) -> dict[str, int]:
+def suitable_image(wrapper: str, model: Any, processor: Any, layer_ids: Sequence[int]) -> dict[str, int]:
     """The first picture of ``IMAGE_SEEDS`` after which the random target neither ends early, nor produces
     token 0 or the image placeholder (which transformers would then take for a second picture)."""
     refusals = []
     for seed in IMAGE_SEEDS:
         image = {"size": IMAGE_SIZE, "seed": seed}
         try:
-            tiny_models.usable_reference(model, layer_ids, prompts(processor, image)[0], forbidden=(IMAGE_TOKEN,))
+            served = prompts(wrapper, model, processor, image)[0]
+            tiny_models.usable_reference(model, layer_ids, served, forbidden=(IMAGE_TOKEN,))
         except (AssertionError, ValueError) as refusal:  # ValueError: transformers counting placeholders
             refusals.append(f"{seed}: {refusal}")
             continue
@@ -206,18 +263,21 @@ def suitable_image(model: Any, processor: Any, layer_ids: Sequence[int]) -> dict
     raise AssertionError(f"no picture suits this target: {refusals}")
 
 
-def build_all(directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int, wrapper: str) -> dict[str, Any]:
+def build_all(
+    directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int, wrapper: str
+) -> dict[str, Any]:
     """The wrapped target, its drafters for each id set (``tiny_models.build_drafters``) and the reference."""
     model, processor = build_target(directory / "target", wrapper, num_layers)
-    inputs, given, images = prompts(processor, suitable_image(model, processor, layer_id_sets["default"]))
+    image = suitable_image(wrapper, model, processor, layer_id_sets["default"])
+    served, given, images = prompts(wrapper, model, processor, image)
     summary = {
         "target": str(directory / "target"),
         "family": wrapper,
         "architecture": WRAPPERS[wrapper].architecture,
         "num_layers": num_layers,
-        "prompts": [prompt["input_ids"][0].tolist() for prompt in inputs],
+        "prompts": [prompt["input_ids"][0].tolist() for _, prompt in served],
         "engine_prompts": given,
         "images": images,
-        "sets": tiny_models.build_drafters(directory, model, layer_id_sets, inputs, forbidden=(IMAGE_TOKEN,)),
+        "sets": tiny_models.build_drafters(directory, model, layer_id_sets, served, forbidden=(IMAGE_TOKEN,)),
     }
     return summary

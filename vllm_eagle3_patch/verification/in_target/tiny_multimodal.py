@@ -111,6 +111,7 @@ def _llava_onevision_processor(tokenizer: Any) -> Any:
     return transformers.LlavaOnevisionProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
+        video_processor=transformers.LlavaOnevisionVideoProcessor(),  # needs torchvision: 0.17.1's environment
         num_image_tokens=(IMAGE_SIZE // PATCH_SIZE) ** 2,
         vision_feature_select_strategy="full",
     )

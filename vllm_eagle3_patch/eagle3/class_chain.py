@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .loop_shapes import may_be_a_decoder_loop
-from .release import GETTERS, MARKER, PROTOCOL, ReadFile
+from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 from .release import MODELS_MODULE as MODELS
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
@@ -36,6 +36,16 @@ class ClassInfo:
     """Whether its own ``forward`` has a statement where a decoder loop stands, a top-level ``for``
     (``loop_shapes.py``): it is the decoder, not a class handing the work to one it holds (OPT's
     ``self.decoder``); whether its loop has one of the shapes is the codemod's to say."""
+    returns_from: Optional[str] = None
+    """The attribute whose call its own ``forward`` returns the result of, unchanged (``self.language_model.model(...)``
+    -> ``language_model``): what a multimodal class runs its language model through.  None: no one such attribute."""
+    reads_encoder_outputs: bool = False
+    """Its own ``forward`` takes ``encoder_outputs``: an encoder-decoder model's (Whisper's), whose decoder
+    cross-attends to them."""
+    registered: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """What ``__init__`` builds by the registry (``self.language_model = init_vllm_registered_model(...)``) -> the
+    architectures the call names (``architectures=["Qwen2ForCausalLM"]``; none: the checkpoint's text config
+    names it)."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +184,9 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
             frozenset(m for m in _methods(node) if upstream(_method(node, m))),
             _built_in_init(node),
             _forward_loops(node),
+            _forward_returns_from(node),
+            "encoder_outputs" in _forward_parameters(node),
+            _registered_in_init(node),
         )
         for node in tree.body
         if isinstance(node, ast.ClassDef)
@@ -289,3 +302,57 @@ def _forward_loops(node: ast.ClassDef) -> bool:
     """Whether the class's own ``forward`` has a statement that may be a decoder loop (``loop_shapes.py``)."""
     forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
     return forward is not None and any(may_be_a_decoder_loop(statement) for statement in forward.body)
+
+
+def _forward_returns_from(node: ast.ClassDef) -> Optional[str]:
+    """The one attribute ``X`` such that every ``return`` of the class's own ``forward`` gives the result of a
+    ``self.X(...)`` or ``self.X.<name>(...)`` call, directly or through a name bound to it."""
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    if forward is None:
+        return None
+    bound: dict[str, Optional[str]] = {}
+    returned: set[Optional[str]] = set()
+    for statement in ast.walk(forward):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            if isinstance(statement.targets[0], ast.Name):
+                name = statement.targets[0].id
+                called = _self_attribute_called(statement.value)
+                bound[name] = called if bound.get(name, called) == called else None
+        elif isinstance(statement, ast.Return):
+            value = statement.value
+            returned.add(bound.get(value.id) if isinstance(value, ast.Name) else _self_attribute_called(value))
+    return returned.pop() if len(returned) == 1 else None
+
+
+def _self_attribute_called(node: Optional[ast.expr]) -> Optional[str]:
+    """``X`` of a ``self.X(...)`` or ``self.X.<name>(...)`` call."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return None
+    func = node.func
+    if _is_self(func.value):
+        return func.attr
+    if isinstance(func.value, ast.Attribute) and _is_self(func.value.value):
+        return func.value.attr
+    return None
+
+
+def _registered_in_init(node: ast.ClassDef) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(attribute, architectures)`` of each ``self.<attribute> = init_vllm_registered_model(...)`` in ``__init__``."""
+    init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    found = []
+    for statement in _statements(init) if init is not None else ():
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            continue
+        target, value = statement.targets[0], statement.value
+        if isinstance(target, ast.Attribute) and _is_self(target.value) and isinstance(value, ast.Call):
+            if isinstance(value.func, ast.Name) and value.func.id == REGISTERED_MODEL:
+                named = next((k.value for k in value.keywords if k.arg == "architectures"), None)
+                elements = named.elts if isinstance(named, (ast.List, ast.Tuple)) else []
+                found.append((target.attr, tuple(e.value for e in elements if isinstance(e, ast.Constant))))
+    return tuple(found)
+
+
+def _forward_parameters(node: ast.ClassDef) -> tuple[str, ...]:
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    arguments = forward.args if forward is not None else None
+    return tuple(a.arg for a in (*arguments.args, *arguments.kwonlyargs)) if arguments else ()

@@ -140,7 +140,7 @@ def checked_delegating_methods(inner: str, getter: str = GETTER) -> str:
     refused by name when the runner sets the ids, not with an ``AttributeError`` deep in the engine."""
     return (
         "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
-        f"    if not hasattr({inner}, \"set_aux_hidden_state_layers\"):\n"
+        f'    if not hasattr({inner}, "set_aux_hidden_state_layers"):\n'
         "        raise ValueError(\n"
         '            "vllm-eagle3-patch: EAGLE-3 needs a language model that collects aux hidden states; "\n'
         f'            f"{{type({inner}).__name__}} (named by the checkpoint\'s text config) does not: "\n'

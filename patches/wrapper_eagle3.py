@@ -35,7 +35,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 )
 from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
-from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.target import Options, Policy, SingleFileTarget, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
 from vllm_eagle3_patch.patches.eagle3_methods import checked_delegating_methods, delegating_methods, eagle3_methods
@@ -149,6 +149,7 @@ class FoundWrappersTarget(SingleFileTarget):
     def __init__(self, path: str, wrappers: tuple[FoundWrapper, ...]) -> None:
         self.wrappers = tuple({w.wrapper.cls: w for w in wrappers}.values())
         self.path = path
+        self.policy = Policy.OPTIONAL
         self.name = f"{self.wrappers[0].name} multimodal wrapper" + ("s" if len(self.wrappers) > 1 else "")
         self.serves = self.wrappers[0].name
         self.families = tuple(dict.fromkeys(w.family for w in self.wrappers if w.family is not None))

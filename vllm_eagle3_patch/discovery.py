@@ -206,9 +206,7 @@ class _FamilyFinder:
 
     def discovery(self) -> Discovery:
         architectures = {a: self.found[key] for a, key in self.architectures.items()}
-        return Discovery(
-            tuple(self.found.values()), architectures, self.unrecognised, self.native, self.wrappers
-        )
+        return Discovery(tuple(self.found.values()), architectures, self.unrecognised, self.native, self.wrappers)
 
 
 def _no_class(module: str, cls: str) -> str:
@@ -273,8 +271,7 @@ def serving(
     for architecture in architectures:
         if architecture not in release.registry:
             raise ToolError(
-                f"{architecture}: this vLLM registers no such architecture "
-                "(`status --architectures` lists them)"
+                f"{architecture}: this vLLM registers no such architecture (`status --architectures` lists them)"
             )
         found = discovery.wrappers.get(architecture)
         names.update((found.name, *([found.family.name] if found.family else [])) if found else ())

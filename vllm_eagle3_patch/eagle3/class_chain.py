@@ -258,12 +258,7 @@ def _built_in_init(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
     defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults) if d is not None})
     members = _class_members(node)
     built = []
-    for statement in _statements(init):
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
-            continue
-        target, value = statement.targets[0], statement.value
-        if not (isinstance(target, ast.Attribute) and _is_self(target.value) and isinstance(value, ast.Call)):
-            continue
+    for attribute, value in _assigned_in_init(init):
         callee = None
         if isinstance(value.func, ast.Name):
             default = defaults.get(value.func.id)
@@ -271,8 +266,27 @@ def _built_in_init(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
         elif isinstance(value.func, ast.Attribute) and _is_self(value.func.value):
             callee = members.get(value.func.attr)
         if callee is not None:
-            built.append((target.attr, callee))
+            built.append((attribute, callee))
     return tuple(built)
+
+
+def _assigned_in_init(init: ast.FunctionDef) -> Iterator[tuple[str, ast.Call]]:
+    """``(attribute, call)`` for each ``self.<attribute>[: T] = <call>`` in ``__init__``, or ``self.<attribute> = x``
+    where ``x = <call>`` came before (``language_model = init_vllm_registered_model(...)``)."""
+    local: dict[str, ast.Call] = {}
+    for statement in _statements(init):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            target, value = statement.target, statement.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and isinstance(value, ast.Call):
+            local[target.id] = value
+        elif isinstance(target, ast.Attribute) and _is_self(target.value):
+            call = local.get(value.id) if isinstance(value, ast.Name) else value
+            if isinstance(call, ast.Call):
+                yield target.attr, call
 
 
 def _class_members(node: ast.ClassDef) -> dict[str, str]:
@@ -340,15 +354,11 @@ def _registered_in_init(node: ast.ClassDef) -> tuple[tuple[str, tuple[str, ...]]
     """``(attribute, architectures)`` of each ``self.<attribute> = init_vllm_registered_model(...)`` in ``__init__``."""
     init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
     found = []
-    for statement in _statements(init) if init is not None else ():
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
-            continue
-        target, value = statement.targets[0], statement.value
-        if isinstance(target, ast.Attribute) and _is_self(target.value) and isinstance(value, ast.Call):
-            if isinstance(value.func, ast.Name) and value.func.id == REGISTERED_MODEL:
-                named = next((k.value for k in value.keywords if k.arg == "architectures"), None)
-                elements = named.elts if isinstance(named, (ast.List, ast.Tuple)) else []
-                found.append((target.attr, tuple(e.value for e in elements if isinstance(e, ast.Constant))))
+    for attribute, call in _assigned_in_init(init) if init is not None else ():
+        if isinstance(call.func, ast.Name) and call.func.id == REGISTERED_MODEL:
+            named = next((k.value for k in call.keywords if k.arg == "architectures"), None)
+            elements = named.elts if isinstance(named, (ast.List, ast.Tuple)) else []
+            found.append((attribute, tuple(e.value for e in elements if isinstance(e, ast.Constant))))
     return tuple(found)
 
 

@@ -39,6 +39,7 @@ from vllm_eagle3_patch.codemod.target import Options, Policy, SingleFileTarget, 
 from vllm_eagle3_patch.eagle3.release import GETTER, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
 from vllm_eagle3_patch.patches.eagle3_methods import checked_delegating_methods, delegating_methods, eagle3_methods
+from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,8 @@ class FoundWrappersEagle3:
             cls = top_level_class(tree, found.wrapper.cls)
             inner = found.wrapper.language_model
             if found.bare:
-                methods = eagle3_methods(inner, self.aux_layers, self.getter)
+                over_ranks = MIXIN_RELAYS if found.mixin else NO_RELAY
+                methods = eagle3_methods(inner, self.aux_layers, self.getter, over_ranks=over_ranks)
             elif found.chosen_by_checkpoint:
                 methods = checked_delegating_methods(inner, self.getter)
             else:

@@ -12,10 +12,8 @@ from helpers.cli import run_on as cli
 from vllm_eagle3_patch.discovery import model_types
 from vllm_eagle3_patch.eagle3.release import Release
 
-TARGET_SHARE = {"0.17.1": 0.88, "0.21.0": 0.9, "0.33.0": 0.9}
-"""Of the decoder-only multimodal architectures, the share that are EAGLE-3 targets after ``apply``.  0.17.1 falls
-short of nine in ten (81 of 92): Aria, Phi-4-MM and Idefics3 / SmolVLM build upstream's bare Llama decoder, which
-collects aux states only through a causal LM, and MiniCPM-V picks its language model in a method per version."""
+TARGET_SHARE = {"0.17.1": 0.9, "0.21.0": 0.9, "0.33.0": 0.9}
+"""Of the decoder-only multimodal architectures, the share that are EAGLE-3 targets after ``apply``."""
 SERVED_THROUGH_A_WRAPPER = (
     "Qwen2VLForConditionalGeneration",
     "InternVLChatModel",
@@ -30,6 +28,8 @@ SERVED_THROUGH_A_WRAPPER = (
     "Qwen2AudioForConditionalGeneration",
     "VoxtralForConditionalGeneration",
     "GraniteSpeechForConditionalGeneration",
+    "AriaForConditionalGeneration",  # upstream's collecting decoder, bare (a LlamaModel subclass)
+    "Phi4MMForCausalLM",  # the same: self.model = LlamaModel(...)
 )
 """Vision-language and audio models teams serve, none native on 0.17.1."""
 

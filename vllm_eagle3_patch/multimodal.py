@@ -9,7 +9,8 @@ that attribute, and what it builds:
 - ``init_vllm_registered_model(...)``: the architectures the call names (``architectures=["Qwen2ForCausalLM"]``),
   judged as the text registry's, or where it names none the one the checkpoint's text config names;
 - a causal LM class: native, or a family's causal LM (its file patched by ``apply``);
-- a family's bare model (Kimi-K2.5's ``DeepseekV2Model`` on 0.15.x): the methods act on it.
+- a family's bare model (Kimi-K2.5's ``DeepseekV2Model`` on 0.15.x), or upstream's collecting decoder
+  (Phi-4-MM's ``LlamaModel``): the methods act on it.
 
 Each such class becomes a :class:`FoundWrapper`; every other architecture is refused with its reason.
 """
@@ -21,7 +22,7 @@ from typing import Optional
 
 from .codemod.family import CHECKPOINTS_MODEL, Family, FoundWrapper, Wrapper
 from .eagle3.class_chain import Chain, ChainReader, ClassInfo
-from .eagle3.release import REGISTERED_MODEL, Release
+from .eagle3.release import MIXIN, REGISTERED_MODEL, Release
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ def _judged(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> Fou
             return FoundWrapper(wrapper, name, family)
         if model.includes(module, family.model):
             return FoundWrapper(wrapper, name, family, bare=True)
+    runs = next((c for c in model.classes if "forward" in c.methods), None)
+    if runs is not None and runs.collects:  # upstream's decoder, bare (Phi-4-MM's LlamaModel, Aria's subclass)
+        return FoundWrapper(wrapper, name, bare=True, mixin=MIXIN in model.base_names)
     return Refused(f"its language model, {name}, is not an EAGLE-3 target (no family this tool patches serves it)")
 
 

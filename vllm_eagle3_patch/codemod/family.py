@@ -81,7 +81,10 @@ class FoundWrapper:
     family: Optional[Family] = None
     """The family whose file makes the language model an EAGLE-3 target (None: native, or the checkpoint's)."""
     bare: bool = False
-    """The language model is the family's bare model (no causal LM around it): the methods act on it."""
+    """The language model is a bare model (no causal LM around it), the family's or upstream's collecting one:
+    the methods act on it."""
+    mixin: bool = False
+    """... and that bare model is upstream's ``EagleModelMixin`` decoder, whose own setter lays out its ids."""
     model_types: tuple[str, ...] = ()
     """The gate's: the model types of the architectures it serves."""
 

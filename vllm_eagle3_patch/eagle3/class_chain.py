@@ -39,6 +39,9 @@ class ClassInfo:
     returns_from: Optional[str] = None
     """The attribute whose call its own ``forward`` returns the result of, unchanged (``self.language_model.model(...)``
     -> ``language_model``): what a multimodal class runs its language model through.  None: no one such attribute."""
+    collects: bool = False
+    """Its own ``forward`` collects aux hidden states as upstream's EAGLE-3 decoders do (``if idx in
+    self.aux_hidden_state_layers``, or ``EagleModelMixin``'s ``self._maybe_add_hidden_state(...)``)."""
     reads_encoder_outputs: bool = False
     """Its own ``forward`` takes ``encoder_outputs``: an encoder-decoder model's (Whisper's), whose decoder
     cross-attends to them."""
@@ -185,6 +188,7 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
             _built_in_init(node),
             _forward_loops(node),
             _forward_returns_from(node),
+            _forward_collects(node),
             "encoder_outputs" in _forward_parameters(node),
             _registered_in_init(node),
         )
@@ -360,6 +364,14 @@ def _registered_in_init(node: ast.ClassDef) -> tuple[tuple[str, tuple[str, ...]]
             elements = named.elts if isinstance(named, (ast.List, ast.Tuple)) else []
             found.append((attribute, tuple(e.value for e in elements if isinstance(e, ast.Constant))))
     return tuple(found)
+
+
+def _forward_collects(node: ast.ClassDef) -> bool:
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    names = {"aux_hidden_state_layers", "_maybe_add_hidden_state"}
+    return forward is not None and any(
+        isinstance(n, ast.Attribute) and n.attr in names and _is_self(n.value) for n in ast.walk(forward)
+    )
 
 
 def _forward_parameters(node: ast.ClassDef) -> tuple[str, ...]:

@@ -133,3 +133,20 @@ def delegating_methods(inner: str, getter: str = GETTER) -> str:
         f"def {getter}(self) -> tuple[int, ...]:\n"
         f"    return {inner}.{getter}()\n"
     )
+
+
+def checked_delegating_methods(inner: str, getter: str = GETTER) -> str:
+    """Both methods handed on to ``inner``, a language model the checkpoint names: one without EAGLE-3 is
+    refused by name when the runner sets the ids, not with an ``AttributeError`` deep in the engine."""
+    return (
+        "def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:\n"
+        f'    if not hasattr({inner}, "set_aux_hidden_state_layers"):\n'
+        "        raise ValueError(\n"
+        '            "vllm-eagle3-patch: EAGLE-3 needs a language model that collects aux hidden states; "\n'
+        f'            f"{{type({inner}).__name__}} (named by the checkpoint\'s text config) does not: "\n'
+        '            "`vllm-eagle3-patch status --architectures` lists those that do"\n'
+        "        )\n"
+        f"    {inner}.set_aux_hidden_state_layers(layers)\n"
+        f"def {getter}(self) -> tuple[int, ...]:\n"
+        f"    return {inner}.{getter}()\n"
+    )

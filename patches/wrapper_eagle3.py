@@ -33,12 +33,13 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     sole_statement,
     top_level_class,
 )
-from vllm_eagle3_patch.codemod.family import Family, Wrapper
+from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
-from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.target import Options, Policy, SingleFileTarget, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
-from vllm_eagle3_patch.patches.eagle3_methods import delegating_methods, eagle3_methods
+from vllm_eagle3_patch.patches.eagle3_methods import checked_delegating_methods, delegating_methods, eagle3_methods
+from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,75 @@ class WrapperTarget(SingleFileTarget):
             preconditions=lambda: require_patchable(self.family, release, options),  # the methods rely on it
             reads=lambda function: function.cls == self.wrapper.cls and function.name == "__init__",
         )
+
+
+@dataclass(frozen=True)
+class FoundWrappersEagle3:
+    """Give each multimodal class of a file found by rule (``multimodal.py``) ``SupportsEagle3`` and both methods:
+    handed on to its language model, acting on its bare model, or, where the checkpoint names the language model,
+    handed on with a clear error for one that lacks EAGLE-3."""
+
+    wrappers: tuple[FoundWrapper, ...]
+    protocol: bool = True
+    getter: str = GETTER
+    aux_layers: Optional[tuple[int, ...]] = None
+
+    def transform_module(self, tree: cst.Module) -> cst.Module:
+        for found in self.wrappers:
+            cls = top_level_class(tree, found.wrapper.cls)
+            inner = found.wrapper.language_model
+            if found.bare:
+                over_ranks = MIXIN_RELAYS if found.mixin else NO_RELAY
+                methods = eagle3_methods(inner, self.aux_layers, self.getter, over_ranks=over_ranks)
+            elif found.chosen_by_checkpoint:
+                methods = checked_delegating_methods(inner, self.getter)
+            else:
+                methods = delegating_methods(inner, self.getter)
+            new = add_base(cls, PROTOCOL) if self.protocol else cls
+            tree = replace_child(tree, cls, add_methods(new, methods, tree))
+        if self.protocol:
+            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
+        return tree
+
+
+class FoundWrappersTarget(SingleFileTarget):
+    """The multimodal classes of one file found by rule: each patched only where its language model's family
+    file is patchable (the methods rely on it); a native language model, or the checkpoint's, needs none."""
+
+    def __init__(self, path: str, wrappers: tuple[FoundWrapper, ...]) -> None:
+        self.wrappers = tuple({w.wrapper.cls: w for w in wrappers}.values())
+        self.path = path
+        self.policy = Policy.OPTIONAL
+        self.name = f"{self.wrappers[0].name} multimodal wrapper" + ("s" if len(self.wrappers) > 1 else "")
+        self.serves = self.wrappers[0].name
+        self.families = tuple(dict.fromkeys(w.family for w in self.wrappers if w.family is not None))
+
+    @property
+    def serves_families(self) -> tuple[str, ...]:
+        return (*(w.name for w in self.wrappers), *(f.name for f in self.families))
+
+    def examine(self, source: str, release: Release, options: Options) -> Verdict:
+        classes = {w.wrapper.cls for w in self.wrappers}
+
+        def codemod() -> FoundWrappersEagle3:
+            interface = release.interface
+            if interface is None:
+                raise Unrecognised(release.no_eagle3)
+            return FoundWrappersEagle3(self.wrappers, interface.protocol, interface.getter, options.aux_layers)
+
+        def preconditions() -> None:
+            for family in self.families:
+                require_patchable(family, release, options)
+
+        return judge(
+            source,
+            codemod,
+            native=lambda module: _all_declare_eagle3(module, classes),
+            preconditions=preconditions,
+            reads=lambda function: function.cls in classes and function.name == "__init__",
+        )
+
+
+def _all_declare_eagle3(module: cst.Module, classes: set[str]) -> Optional[str]:
+    reasons = [declares_eagle3(module, cls, (PROTOCOL,)) for cls in sorted(classes)]
+    return reasons[0] if all(reasons) else None

@@ -16,10 +16,11 @@ from vllm_eagle3_patch.discovery import model_types
 from vllm_eagle3_patch.drafters.architectures import VERDICTS
 
 
-def verdicts(package_dir) -> dict[str, dict]:
+def verdicts(package_dir, kind: str = "text") -> dict[str, dict]:
+    """``status --architectures --json``'s verdicts of one registry (``text`` or ``multimodal``)."""
     completed = cli(package_dir, "status", "--architectures", "--json")
     assert completed.returncode == 0, completed.stderr
-    return {v["architecture"]: v for v in json.loads(completed.stdout)["architectures"]}
+    return {v["architecture"]: v for v in json.loads(completed.stdout)["architectures"] if v["kind"] == kind}
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 from helpers import environments
@@ -224,6 +225,30 @@ def test_proposer_reads_every_multimodal_config(version, interpreter, release, r
     inner = run_inside(python, package_dir, "-rs", suite="test_eagle_proposer.py")
     assert inner.returncode == 0 and "skipped" not in inner.stdout, inner.stdout[-6000:] + inner.stderr[-3000:]
 
+    assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
+    assert record_mismatches(package_dir) == []
+
+
+WRAPPER_RELEASES = [
+    pytest.param("0.17.1", "engine_python", 35, id="0.17.1"),  # 39 of the 49 classes import with its extras
+    pytest.param("0.33.0", "modern_python", 20, id="0.33.0"),  # 24 of 52: most vision ones want torchvision
+]
+
+
+@pytest.mark.parametrize(("version", "interpreter", "at_least"), WRAPPER_RELEASES)
+def test_multimodal_wrappers_hand_eagle3_on(version, interpreter, at_least, release, request):
+    """The multimodal classes found by rule: unpatched, the release's ``supports_eagle3`` refuses them; patched,
+    each that imports in this interpreter passes it and hands both methods on (``test_multimodal_wrappers.py``,
+    its skips naming the missing optional dependency); revert gives back the wheel's bytes."""
+    python = request.getfixturevalue(interpreter)
+    package_dir = release(version)
+    unpatched = run_inside(python, package_dir, "-x", suite="test_multimodal_wrappers.py")
+    assert unpatched.returncode == 1 and "supports_eagle3" in unpatched.stdout, unpatched.stdout[-3000:]
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    inner = run_inside(python, package_dir, suite="test_multimodal_wrappers.py")
+    assert inner.returncode == 0, inner.stdout[-6000:] + inner.stderr[-3000:]
+    passed = int(re.search(r"(\d+) passed", inner.stdout.splitlines()[-1]).group(1))
+    assert passed >= at_least, inner.stdout[-3000:]
     assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
     assert record_mismatches(package_dir) == []
 

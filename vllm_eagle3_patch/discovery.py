@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
-from .codemod.family import Family
+from .codemod.family import Family, FoundWrapper, Wrapper
 from .codemod.two_processes import on_two_processes
-from .eagle3.class_chain import ChainReader, ClassInfo, registry_module
+from .eagle3.class_chain import Chain, ChainReader, ClassInfo, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
+from .multimodal import find_wrapper
 
 MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "CohereForCausalLM": ("cohere",),
@@ -105,56 +106,111 @@ class Discovery:
     native: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Each architecture whose registered class implements EAGLE-3 itself -> its checkpoints' model types: the
     runner accepts it, and on releases with a whitelist only the gate can still refuse it (Mistral on 0.17.1)."""
+    wrappers: dict[str, FoundWrapper] = field(default_factory=dict)
+    """Each multimodal architecture served through a wrapper found by rule (``multimodal.py``)."""
 
 
 def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
-    """A family for every registered text-generation architecture whose class lacks EAGLE-3 and
-    that no family of ``known`` serves, keyed by (file, causal LM); in the registry's order."""
+    """A family for every registered architecture whose class lacks EAGLE-3 and that no family of ``known``
+    serves, keyed by (file, causal LM), in the registry's order; then for every multimodal one, the wrapper
+    that hands EAGLE-3 on to its language model (``multimodal.py``), or a family of its own where it holds a
+    decoder of its own file as a causal LM does (Molmo's ``self.model = MolmoModel(...)``)."""
     chains = ChainReader(release.read)
+    registries = (release.text_generation_models, release.multimodal_models)
     chains.read_ahead(
-        (registry_module(module) for module, _ in release.text_generation_models.values()), on_two_processes
+        (registry_module(module) for models in registries for module, _ in models.values()), on_two_processes
     )
-    found: dict[tuple[str, str], Family] = {}
-    architectures: dict[str, tuple[str, str]] = {}
-    unrecognised: dict[str, str] = {}
-    native: dict[str, tuple[str, ...]] = {}
-    known_classes = {(_module_of(family.path), family.causal_lm) for family in known}
+    finder = _FamilyFinder(chains, known)
     for architecture, (module, cls) in release.text_generation_models.items():
-        chain = chains.registered(module, cls)
+        chain = finder.judged(architecture, module, cls)
+        if chain is not None:
+            finder.found_by_rule(architecture, module, chain)
+    for architecture, (module, cls) in release.multimodal_models.items():
+        chain = finder.judged(architecture, module, cls)
+        if chain is None or finder.served_by_a_found_family(architecture, module, chain):
+            continue
+        wrapper = find_wrapper(release, chains, chain, finder.families)
+        held_in = chain.classes[0].returns_from
+        if isinstance(wrapper, FoundWrapper):
+            finder.wrappers[architecture] = replace(wrapper, model_types=model_types(architecture, module))
+        elif wrapper.decoder_only is False or held_in is None:
+            finder.unrecognised[architecture] = wrapper.reason
+        elif not finder.found_by_rule(architecture, module, chain, held_in):
+            finder.unrecognised[architecture] = wrapper.reason
+    return finder.discovery()
+
+
+class _FamilyFinder:
+    """What :func:`discover` has found so far."""
+
+    def __init__(self, chains: ChainReader, known: tuple[Family, ...]) -> None:
+        self.chains = chains
+        self.known = known
+        self.found: dict[tuple[str, str], Family] = {}
+        self.architectures: dict[str, tuple[str, str]] = {}
+        self.unrecognised: dict[str, str] = {}
+        self.native: dict[str, tuple[str, ...]] = {}
+        self.wrappers: dict[str, FoundWrapper] = {}
+        self.described = [(_module_of(f.wrapper.path), f.wrapper.cls) for f in known if f.wrapper is not None]
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        return (*self.known, *self.found.values())
+
+    def judged(self, architecture: str, module: str, cls: str) -> Optional[Chain]:
+        """The chain of a registered class still to be judged: not native, not a known family's (or wrapper's)."""
+        chain = self.chains.registered(module, cls)
         if chain is not None and chain.declares_eagle3:
-            native[architecture] = model_types(architecture, module)
+            self.native[architecture] = model_types(architecture, module)
         if chain is None or chain.declares_eagle3:
-            continue
-        if any(chain.includes(*known_class) for known_class in known_classes):
-            continue
-        held = _held_model(chains, chain.classes)
+            return None
+        places = [*((_module_of(f.path), f.causal_lm) for f in self.known), *self.described]
+        return None if any(chain.includes(*place) for place in places) else chain
+
+    def served_by_a_found_family(self, architecture: str, module: str, chain: Chain) -> bool:
+        """A multimodal class on a found family's causal LM chain (``GLM4VForCausalLM(ChatGLMBaseModel)``)."""
+        key = next((k for k in self.found if chain.includes(*k)), None)
+        if key is not None:
+            self._add(architecture, key, self.found[key], model_types(architecture, module))
+        return key is not None
+
+    def found_by_rule(self, architecture: str, module: str, chain: Chain, attribute: Optional[str] = None) -> bool:
+        """The family of a class that builds a decoder of its own file (in ``attribute``, where given)."""
+        held = _held_model(self.chains, chain.classes, attribute)
         if held is None:
-            unrecognised[architecture] = (
-                f"{cls} ({module}.py): no class on its chain builds a model class of its own file in "
-                "__init__ (self.model = <Model>(...)), which would be the decoder"
+            self.unrecognised[architecture] = (
+                f"{chain.classes[0].name} ({module}.py): no class on its chain builds a model class of its own file "
+                "in __init__ (self.model = <Model>(...)), which would be the decoder"
             )
-            continue
-        causal_lm, attribute, model = held
+            return False
+        causal_lm, held_in, model = held
         key = (causal_lm.module, causal_lm.name)
         types = model_types(architecture, module)
-        family = found.get(key)
-        if family is None:
-            family = Family(
-                causal_lm.name,
-                f"{causal_lm.module.replace('.', '/')}.py",
-                model.name,
-                causal_lm.name,
-                types,
-                decoder=f"self.{attribute}",
-                forward_from=_forward_from(chains, model, (*known, *found.values())),
-                runs_upstream_capture=_runs_upstream_capture(chains, model),
-            )
-        else:
-            family = _with_types(family, types)
-        found[key] = family
-        architectures[architecture] = key  # the family's last form: its types grow with each architecture
-    found_architectures = {a: found[key] for a, key in architectures.items()}
-    return Discovery(tuple(found.values()), found_architectures, unrecognised, native)
+        family = self.found.get(key) or Family(
+            causal_lm.name,
+            f"{causal_lm.module.replace('.', '/')}.py",
+            model.name,
+            causal_lm.name,
+            (),
+            decoder=f"self.{held_in}",
+            forward_from=_forward_from(self.chains, model, self.families),
+            runs_upstream_capture=_runs_upstream_capture(self.chains, model),
+        )
+        self._add(architecture, key, family, types)
+        return True
+
+    def _add(self, architecture: str, key: tuple[str, str], family: Family, types: tuple[str, ...]) -> None:
+        self.found[key] = _with_types(family, types)
+        self.architectures[architecture] = key  # the family's last form: its types grow with each architecture
+        self.unrecognised.pop(architecture, None)
+
+    def discovery(self) -> Discovery:
+        architectures = {a: self.found[key] for a, key in self.architectures.items()}
+        return Discovery(tuple(self.found.values()), architectures, self.unrecognised, self.native, self.wrappers)
+
+
+def _no_class(module: str, cls: str) -> str:
+    return f"{registry_module(module)} defines no class {cls} this tool can read"
 
 
 def encode(discovery: Discovery) -> dict:
@@ -164,11 +220,15 @@ def encode(discovery: Discovery) -> dict:
         fields = {k: v for k, v in vars(f).items() if k not in ("wrapper", "forward_from", "policy")}
         return {**fields, "forward_from": f.forward_from.name if f.forward_from else None}
 
+    def wrapper(w: FoundWrapper) -> dict:
+        return {**vars(w), "wrapper": vars(w.wrapper), "family": w.family.name if w.family else None}
+
     return {
         "families": [family(f) for f in discovery.families],
         "architectures": {a: f.name for a, f in discovery.architectures.items()},
         "unrecognised": discovery.unrecognised,
         "native": discovery.native,
+        "wrappers": {a: wrapper(w) for a, w in discovery.wrappers.items()},
     }
 
 
@@ -188,22 +248,33 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
             families.append(family)
         architectures = {a: by_name[name] for a, name in data["architectures"].items()}
         native = {a: tuple(types) for a, types in data["native"].items()}
-        return Discovery(tuple(families), architectures, dict(data["unrecognised"]), native)
+        wrappers = {
+            a: FoundWrapper(
+                **{**w, "wrapper": Wrapper(**w["wrapper"]), "model_types": tuple(w["model_types"])},
+            )
+            for a, w in data["wrappers"].items()
+        }
+        wrappers = {a: replace(w, family=by_name[w.family] if w.family else None) for a, w in wrappers.items()}
+        return Discovery(tuple(families), architectures, dict(data["unrecognised"]), native, wrappers)
 
     return decode
 
 
-def serving(release: Release, architectures: tuple[str, ...], families: tuple[Family, ...]) -> set[str]:
+def serving(
+    release: Release, architectures: tuple[str, ...], families: tuple[Family, ...], discovery: Discovery
+) -> set[str]:
     """The names of the ``families`` that serve ``architectures`` (``apply --only``): those whose causal
-    LM, or whose wrapper, is on the registered class's chain.  An unknown name is refused."""
+    LM, or whose wrapper, is on the registered class's chain; and of the multimodal wrappers found by rule that
+    serve them, with their language models' families.  An unknown name is refused."""
     chains = ChainReader(release.read)
     names = set()
     for architecture in architectures:
         if architecture not in release.registry:
             raise ToolError(
-                f"{architecture}: this vLLM registers no such architecture "
-                "(`status --architectures` lists the text-generation ones)"
+                f"{architecture}: this vLLM registers no such architecture (`status --architectures` lists them)"
             )
+        found = discovery.wrappers.get(architecture)
+        names.update((found.name, *([found.family.name] if found.family else [])) if found else ())
         chain = chains.registered(*release.registry[architecture])
         for family in families:
             places = [(family.path, family.causal_lm)]
@@ -219,11 +290,15 @@ def model_types(architecture: str, module: str) -> tuple[str, ...]:
     return MODEL_TYPES.get(architecture, (registry_module(module).rsplit(".", 1)[-1],))
 
 
-def _held_model(chains: ChainReader, classes: tuple[ClassInfo, ...]) -> Optional[tuple[ClassInfo, str, ClassInfo]]:
+def _held_model(
+    chains: ChainReader, classes: tuple[ClassInfo, ...], held_in: Optional[str] = None
+) -> Optional[tuple[ClassInfo, str, ClassInfo]]:
     """``(causal LM, attribute, model)``: the first class of the chain whose ``__init__`` builds a
-    class of its own file (the model, which has a ``forward`` or inherits one)."""
+    class of its own file (the model, which has a ``forward`` or inherits one), in ``held_in`` where given."""
     for cls in classes:
         for attribute, callee in cls.holds:
+            if held_in is not None and attribute != held_in:
+                continue
             model = chains.resolve(cls.module, callee)
             if model is not None and model.module == cls.module and _is_module(chains, model):
                 inner = _inner_decoder(chains, model)

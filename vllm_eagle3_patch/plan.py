@@ -142,7 +142,7 @@ def make_plan(
         decoder(FAMILIES),
     )
     found = Found(discovery, only, release, _before_apply(state_dir, manifest))
-    wanted = None if only is None else serving(release, only, (*FAMILIES, *discovery.families))
+    wanted = None if only is None else serving(release, only, (*FAMILIES, *discovery.families), discovery)
     targets = _asked_for(planned_targets(found, after_model_files=False), wanted, release, manifest)
     context = FileContext(
         release,

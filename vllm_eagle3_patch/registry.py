@@ -12,7 +12,7 @@ from .codemod.family import Family, Wrapper
 from .codemod.target import Policy, Target
 from .eagle3.release import MODELS
 from .patches.eagle_proposer import EagleProposerTarget
-from .target_kinds import Found, Gate, ModelFiles, OneFile, TargetKind
+from .target_kinds import Found, Gate, ModelFiles, MultimodalWrappers, OneFile, TargetKind
 
 DEEPSEEK_V2 = Family(
     "DeepSeek-V2/V3",
@@ -80,10 +80,16 @@ def gated_model_types() -> tuple[str, ...]:
     return (*(t for family in FAMILIES for t in family.model_types), *GATE_ONLY_MODEL_TYPES)
 
 
-TARGETS: tuple[TargetKind, ...] = (ModelFiles(FAMILIES), OneFile(EagleProposerTarget()), Gate(gated_model_types()))
+TARGETS: tuple[TargetKind, ...] = (
+    ModelFiles(FAMILIES),
+    MultimodalWrappers(FAMILIES),
+    OneFile(EagleProposerTarget()),
+    Gate(gated_model_types()),
+)
 """Every kind of change, in the support tables' order: the families' model files (and those of the families found
-by rule), the proposer's fix, the gate (planned after the model files, handed their verdicts).  The plan, the
-support tables and the tests read this list; a new kind of change is one entry here (``target_kinds.py``)."""
+by rule), the multimodal wrappers found by rule, the proposer's fix, the gate (planned after the model files,
+handed their verdicts).  The plan, the support tables and the tests read this list; a new kind of change is one
+entry here (``target_kinds.py``)."""
 
 
 def planned_targets(found: Found, after_model_files: bool) -> tuple[Target, ...]:

@@ -94,14 +94,20 @@ def model_data(model: TargetModel) -> dict[str, Any]:
 
 
 def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sys.stdout) -> None:
-    """One line per registered architecture, then the count of each verdict."""
+    """One line per registered architecture, then the count of each verdict, for each kind."""
     width = max(len(v.architecture) for v in verdicts)
-    stream.write("architectures (the release's text-generation registry, as its runner judges them):\n")
+    stream.write(
+        "architectures (the release's text-generation and multimodal registries, as its runner judges them):\n"
+    )
     for verdict in verdicts:
         ranks = "; its aux states cross pipeline ranks" if verdict.over_pipeline_ranks else ""
-        stream.write(f"  {verdict.verdict:<10} {verdict.architecture:<{width}}  {verdict.reason}{ranks}\n")
-    counts = {kind: sum(v.verdict == kind for v in verdicts) for kind in VERDICTS}
-    stream.write("  " + ", ".join(f"{count} {kind}" for kind, count in counts.items()) + f" of {len(verdicts)}\n")
+        stream.write(
+            f"  {verdict.verdict:<10} {verdict.kind:<10} {verdict.architecture:<{width}}  {verdict.reason}{ranks}\n"
+        )
+    for kind in dict.fromkeys(v.kind for v in verdicts):
+        of_kind = [v for v in verdicts if v.kind == kind]
+        counts = ", ".join(f"{sum(v.verdict == verdict for v in of_kind)} {verdict}" for verdict in VERDICTS)
+        stream.write(f"  {kind}: {counts} of {len(of_kind)}\n")
 
 
 def originals_line(plan: Plan) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Protocol
 
-from .codemod.family import Family
+from .codemod.family import Family, FoundWrapper
 from .codemod.target import Target
 from .discovery import Discovery
 from .eagle3.release import Release, admitted_entries
 from .patches.decoder_eagle3 import DecoderTarget
 from .patches.speculative_gate import SpeculativeGateTarget
-from .patches.wrapper_eagle3 import WrapperTarget
+from .patches.wrapper_eagle3 import FoundWrappersTarget, WrapperTarget
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,23 @@ class ModelFiles:
 
 
 @dataclass(frozen=True)
+class MultimodalWrappers:
+    """The multimodal classes found by rule (``multimodal.py``), one target per file; a file a family's target
+    patches is that family's alone (its classes are judged through the family, as the text ones are)."""
+
+    families: tuple[Family, ...]
+    after_model_files: ClassVar[bool] = False
+
+    def targets(self, found: Found) -> tuple[Target, ...]:
+        owned = {family.path for family in (*self.families, *found.discovery.families)}
+        by_path: dict[str, list[FoundWrapper]] = {}
+        for wrapper in found.discovery.wrappers.values():
+            if wrapper.wrapper.path not in owned:
+                by_path.setdefault(wrapper.wrapper.path, []).append(wrapper)
+        return tuple(FoundWrappersTarget(path, tuple(wrappers)) for path, wrappers in by_path.items())
+
+
+@dataclass(frozen=True)
 class OneFile:
     """A change that is one file, whatever the families (the proposer's fix)."""
 
@@ -78,7 +95,8 @@ class OneFile:
 @dataclass(frozen=True)
 class Gate:
     """The speculative-config gate, planned after the model files: it admits ``model_types`` (the registry's
-    families'), the types of the families found by rule whose files are EAGLE-3 targets, and those of the
+    families'), the types of the families found by rule whose files are EAGLE-3 targets and of the multimodal
+    wrappers whose language models are, and those of the
     architectures upstream serves with EAGLE-3 (those asked for, with ``--only``).  A partial apply
     (``--only``) never takes away what an earlier ``apply`` opened the gate to."""
 
@@ -88,6 +106,12 @@ class Gate:
     def targets(self, found: Found) -> tuple[Target, ...]:
         discovery = found.discovery
         more = [t for family in discovery.families if family.name in found.eagle3 for t in family.model_types]
+        more += [
+            t
+            for wrapper in discovery.wrappers.values()
+            if wrapper.family is None or wrapper.family.name in found.eagle3
+            for t in wrapper.model_types
+        ]
         asked = discovery.native if found.only is None else {a: discovery.native.get(a, ()) for a in found.only}
         more += [t for types in asked.values() for t in types]
         if found.only is not None:

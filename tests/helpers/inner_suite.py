@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from vllm_eagle3_patch.codemod.family import Family
+from vllm_eagle3_patch.codemod.target import State
 from vllm_eagle3_patch.eagle3.release import module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan
@@ -30,7 +31,9 @@ def families_of(plan: Plan) -> tuple[Family, ...]:
 
 
 def families_data(package_dir: Path) -> str:
-    """``{"families": [{module, model, causal_lm, model_types, found_by_rule}], "gated_model_types": [...]}``."""
+    """``{"families": [{module, model, causal_lm, model_types, found_by_rule}], "gated_model_types": [...],
+    "wrappers": [{module, cls, attribute, language_model, bare, chosen_by_checkpoint}]}`` (the multimodal classes
+    found by rule whose files the tool patches)."""
     plan = make_plan(from_package_dir(package_dir), states_only=True)
     families = [
         {
@@ -42,7 +45,22 @@ def families_data(package_dir: Path) -> str:
         }
         for family in families_of(plan)
     ]
-    return json.dumps({"families": families, "gated_model_types": list(gated_model_types())})
+    eagle3_files = {f.path for f in plan.files if f.state in (State.PATCHED, State.UNPATCHED)}
+    wrappers = {
+        (found.wrapper.path, found.wrapper.cls): {
+            "module": module_name(found.wrapper.path),
+            "cls": found.wrapper.cls,
+            "attribute": found.wrapper.language_model.removeprefix("self."),
+            "language_model": found.language_model,
+            "bare": found.bare,
+            "chosen_by_checkpoint": found.chosen_by_checkpoint,
+        }
+        for found in plan.discovery.wrappers.values()
+        if found.wrapper.path in eagle3_files
+    }
+    return json.dumps(
+        {"families": families, "gated_model_types": list(gated_model_types()), "wrappers": list(wrappers.values())}
+    )
 
 
 def run_inside(

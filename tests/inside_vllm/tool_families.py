@@ -30,10 +30,24 @@ class ToolFamily:
 
 
 @dataclass(frozen=True)
+class ToolWrapper:
+    """A multimodal class the tool found by rule: ``attribute`` holds its language model (``language_model``, a
+    class name, or the checkpoint's), which the class hands EAGLE-3 on to, or acts on where it is ``bare``."""
+
+    module: str
+    cls: str
+    attribute: str
+    language_model: str
+    bare: bool
+    chosen_by_checkpoint: bool
+
+
+@dataclass(frozen=True)
 class ToolFamilies:
     families: tuple[ToolFamily, ...]
     gated_model_types: tuple[str, ...]
     """Every model type the tool's speculative-config gate admits for its registry's families."""
+    wrappers: tuple[ToolWrapper, ...] = ()
 
     def named(self, name: str) -> ToolFamily | None:
         """The family of module ``name`` (the registry's first, as the tool's plan ranks them), if any."""
@@ -56,4 +70,5 @@ def load() -> ToolFamilies:
         ToolFamily(f["module"], f["model"], f["causal_lm"], tuple(f["model_types"]), f["found_by_rule"])
         for f in data["families"]
     )
-    return ToolFamilies(families, tuple(data["gated_model_types"]))
+    wrappers = tuple(ToolWrapper(**w) for w in data.get("wrappers", ()))
+    return ToolFamilies(families, tuple(data["gated_model_types"]), wrappers)

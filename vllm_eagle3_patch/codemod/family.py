@@ -65,3 +65,33 @@ class Family:
         """A wrapper of the required family must be patchable where it exists (Kimi-K2.5 serves
         DeepSeek-V3); any other family's wrapper is left alone like the family's own file."""
         return Policy.BLOCKING if self.policy is Policy.REQUIRED else Policy.OPTIONAL
+
+
+CHECKPOINTS_MODEL = "the language model its checkpoint's text config names"
+
+
+@dataclass(frozen=True)
+class FoundWrapper:
+    """A multimodal class that runs a language model the runner can reach through it."""
+
+    wrapper: Wrapper
+    """Where it is (``cls``: the class of the chain that builds the language model) and which attribute holds it."""
+    language_model: str
+    """For people: the class it builds, or :data:`CHECKPOINTS_MODEL`."""
+    family: Optional[Family] = None
+    """The family whose file makes the language model an EAGLE-3 target (None: native, or the checkpoint's)."""
+    bare: bool = False
+    """The language model is a bare model (no causal LM around it), the family's or upstream's collecting one:
+    the methods act on it."""
+    mixin: bool = False
+    """... and that bare model is upstream's ``EagleModelMixin`` decoder, whose own setter lays out its ids."""
+    model_types: tuple[str, ...] = ()
+    """The gate's: the model types of the architectures it serves."""
+
+    @property
+    def chosen_by_checkpoint(self) -> bool:
+        return self.language_model == CHECKPOINTS_MODEL
+
+    @property
+    def name(self) -> str:
+        return self.wrapper.cls

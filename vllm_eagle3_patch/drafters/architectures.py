@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from ..codemod.family import CHECKPOINTS_MODEL, FoundWrapper
 from ..codemod.target import State
 from ..discovery import Discovery, model_types
 from ..eagle3.class_chain import Chain, ChainReader, registry_module
@@ -37,20 +38,28 @@ class ArchitectureVerdict:
     over_pipeline_ranks: Optional[bool] = None
     """Whether its decoder carries aux states across pipeline ranks once patched (0.30.0+, model runner V2);
     None where this tool does not write its file (native or refused: ``doctor --target`` reads those)."""
+    kind: str = "text"
+    """``text`` (``_TEXT_GENERATION_MODELS``) or ``multimodal`` (``_MULTIMODAL_MODELS``: a language model behind
+    encoders of images, video or audio)."""
 
 
 def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
-    """One verdict per registered text-generation architecture, in the registry's order."""
+    """One verdict per registered text-generation architecture, then per multimodal one, in the registry's order."""
     chains = ChainReader(plan.release.read)
     files = {file.path: file for file in plan.files}
     interface = plan.release.interface
     relays = interface is not None and interface.relay_key is not None
+    kinds = (("text", plan.release.text_generation_models), ("multimodal", plan.release.multimodal_models))
     return [
         through_the_gate(
-            judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays),
+            replace(
+                judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays),
+                kind=kind,
+            ),
             gate_verdict(plan, model_types(architecture, module)),
         )
-        for architecture, (module, cls) in plan.release.text_generation_models.items()
+        for kind, models in kinds
+        for architecture, (module, cls) in models.items()
     ]
 
 
@@ -93,6 +102,15 @@ def judge(
                 _FROM_STATE[file.state], f"{family.name}: {file.path} is {file.state.value}{why}", family.name
             )
             return replace(found_verdict, over_pipeline_ranks=_over_pipeline_ranks(file, relays))
+    wrapped = _through_a_wrapper(chain, files, discovery.wrappers.get(architecture))
+    if wrapped is not None:
+        family_name, file, language_model = wrapped
+        why = f": {file.reason}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
+        return verdict(
+            _FROM_STATE[file.state],
+            f"{file.path} is {file.state.value}{why}; {cls} hands EAGLE-3 on to {language_model}",
+            family_name,
+        )
     if chain.declares_eagle3:
         holder = next((c for c in chain.classes if "SupportsEagle3" in {b.rsplit(".", 1)[-1] for b in c.bases}), None)
         where = f" (from {holder.module}.{holder.name})" if holder and holder.name != cls else ""
@@ -104,6 +122,30 @@ def judge(
         discovery.unrecognised.get(architecture)
         or f"{cls} ({module}.py) lacks SupportsEagle3, and no model family this tool patches serves it",
     )
+
+
+def _through_a_wrapper(
+    chain: Chain, files: dict[str, FilePlan], found: Optional[FoundWrapper]
+) -> Optional[tuple[str, FilePlan, str]]:
+    """``(family, wrapper's file, language model)`` of a multimodal class served through a wrapper: a registry
+    family's (Gemma 3's, Kimi-K2.5's) or one found by rule."""
+    for family in FAMILIES:
+        wrapper = family.wrapper
+        if wrapper is not None and chain.includes(_module(wrapper.path), wrapper.cls) and wrapper.path in files:
+            return family.name, files[wrapper.path], f"its language model ({family.name})"
+    if found is None or found.wrapper.path not in files:
+        return None
+    if found.chosen_by_checkpoint:
+        language_model = CHECKPOINTS_MODEL + ", which must be an EAGLE-3 target (`status --model DIR` judges one)"
+    elif found.family is not None:
+        language_model = f"its language model, {found.language_model} ({found.family.name})"
+    else:
+        language_model = f"its language model, {found.language_model}, which implements SupportsEagle3"
+    return found.name, files[found.wrapper.path], language_model
+
+
+def _module(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
 
 
 def _over_pipeline_ranks(file: FilePlan, relays: bool) -> Optional[bool]:

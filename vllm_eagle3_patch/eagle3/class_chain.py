@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .loop_shapes import may_be_a_decoder_loop
-from .release import GETTERS, MARKER, PROTOCOL, ReadFile
+from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 from .release import MODELS_MODULE as MODELS
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
@@ -36,6 +36,19 @@ class ClassInfo:
     """Whether its own ``forward`` has a statement where a decoder loop stands, a top-level ``for``
     (``loop_shapes.py``): it is the decoder, not a class handing the work to one it holds (OPT's
     ``self.decoder``); whether its loop has one of the shapes is the codemod's to say."""
+    returns_from: Optional[str] = None
+    """The attribute whose call its own ``forward`` returns the result of, unchanged (``self.language_model.model(...)``
+    -> ``language_model``): what a multimodal class runs its language model through.  None: no one such attribute."""
+    collects: bool = False
+    """Its own ``forward`` collects aux hidden states as upstream's EAGLE-3 decoders do (``if idx in
+    self.aux_hidden_state_layers``, or ``EagleModelMixin``'s ``self._maybe_add_hidden_state(...)``)."""
+    reads_encoder_outputs: bool = False
+    """Its own ``forward`` takes ``encoder_outputs``: an encoder-decoder model's (Whisper's), whose decoder
+    cross-attends to them."""
+    registered: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """What ``__init__`` builds by the registry (``self.language_model = init_vllm_registered_model(...)``) -> the
+    architectures the call names (``architectures=["Qwen2ForCausalLM"]``; none: the checkpoint's text config
+    names it)."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,10 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
             frozenset(m for m in _methods(node) if upstream(_method(node, m))),
             _built_in_init(node),
             _forward_loops(node),
+            _forward_returns_from(node),
+            _forward_collects(node),
+            "encoder_outputs" in _forward_parameters(node),
+            _registered_in_init(node),
         )
         for node in tree.body
         if isinstance(node, ast.ClassDef)
@@ -245,12 +262,7 @@ def _built_in_init(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
     defaults.update({a.arg: d for a, d in zip(init.args.kwonlyargs, init.args.kw_defaults) if d is not None})
     members = _class_members(node)
     built = []
-    for statement in _statements(init):
-        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
-            continue
-        target, value = statement.targets[0], statement.value
-        if not (isinstance(target, ast.Attribute) and _is_self(target.value) and isinstance(value, ast.Call)):
-            continue
+    for attribute, value in _assigned_in_init(init):
         callee = None
         if isinstance(value.func, ast.Name):
             default = defaults.get(value.func.id)
@@ -258,8 +270,27 @@ def _built_in_init(node: ast.ClassDef) -> tuple[tuple[str, str], ...]:
         elif isinstance(value.func, ast.Attribute) and _is_self(value.func.value):
             callee = members.get(value.func.attr)
         if callee is not None:
-            built.append((target.attr, callee))
+            built.append((attribute, callee))
     return tuple(built)
+
+
+def _assigned_in_init(init: ast.FunctionDef) -> Iterator[tuple[str, ast.Call]]:
+    """``(attribute, call)`` for each ``self.<attribute>[: T] = <call>`` in ``__init__``, or ``self.<attribute> = x``
+    where ``x = <call>`` came before (``language_model = init_vllm_registered_model(...)``)."""
+    local: dict[str, ast.Call] = {}
+    for statement in _statements(init):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            target, value = statement.target, statement.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and isinstance(value, ast.Call):
+            local[target.id] = value
+        elif isinstance(target, ast.Attribute) and _is_self(target.value):
+            call = local.get(value.id) if isinstance(value, ast.Name) else value
+            if isinstance(call, ast.Call):
+                yield target.attr, call
 
 
 def _class_members(node: ast.ClassDef) -> dict[str, str]:
@@ -289,3 +320,61 @@ def _forward_loops(node: ast.ClassDef) -> bool:
     """Whether the class's own ``forward`` has a statement that may be a decoder loop (``loop_shapes.py``)."""
     forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
     return forward is not None and any(may_be_a_decoder_loop(statement) for statement in forward.body)
+
+
+def _forward_returns_from(node: ast.ClassDef) -> Optional[str]:
+    """The one attribute ``X`` such that every ``return`` of the class's own ``forward`` gives the result of a
+    ``self.X(...)`` or ``self.X.<name>(...)`` call, directly or through a name bound to it."""
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    if forward is None:
+        return None
+    bound: dict[str, Optional[str]] = {}
+    returned: set[Optional[str]] = set()
+    for statement in ast.walk(forward):
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            if isinstance(statement.targets[0], ast.Name):
+                name = statement.targets[0].id
+                called = _self_attribute_called(statement.value)
+                bound[name] = called if bound.get(name, called) == called else None
+        elif isinstance(statement, ast.Return):
+            value = statement.value
+            returned.add(bound.get(value.id) if isinstance(value, ast.Name) else _self_attribute_called(value))
+    return returned.pop() if len(returned) == 1 else None
+
+
+def _self_attribute_called(node: Optional[ast.expr]) -> Optional[str]:
+    """``X`` of a ``self.X(...)`` or ``self.X.<name>(...)`` call."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return None
+    func = node.func
+    if _is_self(func.value):
+        return func.attr
+    if isinstance(func.value, ast.Attribute) and _is_self(func.value.value):
+        return func.value.attr
+    return None
+
+
+def _registered_in_init(node: ast.ClassDef) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(attribute, architectures)`` of each ``self.<attribute> = init_vllm_registered_model(...)`` in ``__init__``."""
+    init = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    found = []
+    for attribute, call in _assigned_in_init(init) if init is not None else ():
+        if isinstance(call.func, ast.Name) and call.func.id == REGISTERED_MODEL:
+            named = next((k.value for k in call.keywords if k.arg == "architectures"), None)
+            elements = named.elts if isinstance(named, (ast.List, ast.Tuple)) else []
+            found.append((attribute, tuple(e.value for e in elements if isinstance(e, ast.Constant))))
+    return tuple(found)
+
+
+def _forward_collects(node: ast.ClassDef) -> bool:
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    names = {"aux_hidden_state_layers", "_maybe_add_hidden_state"}
+    return forward is not None and any(
+        isinstance(n, ast.Attribute) and n.attr in names and _is_self(n.value) for n in ast.walk(forward)
+    )
+
+
+def _forward_parameters(node: ast.ClassDef) -> tuple[str, ...]:
+    forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
+    arguments = forward.args if forward is not None else None
+    return tuple(a.arg for a in (*arguments.args, *arguments.kwonlyargs)) if arguments else ()

@@ -53,6 +53,11 @@ RELAY = "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
 """Model runner V2's EAGLE-3 helpers: from 0.30.0 they carry aux states across pipeline ranks."""
 RELAY_SIGN = "def aux_hidden_state_relay_keys"
 
+REGISTERED_MODEL = "init_vllm_registered_model"
+"""How a multimodal class builds its language model by the registry, from the architectures its text config names."""
+MULTIMODAL_MODELS = "_MULTIMODAL_MODELS"
+TEXT_GENERATION_MODELS = "_TEXT_GENERATION_MODELS"
+
 PROTOCOL = "SupportsEagle3"
 MIXIN = "EagleModelMixin"
 """Upstream's collecting decoder base (0.18.0+)."""
@@ -177,7 +182,12 @@ class Release:
     @cached_property
     def text_generation_models(self) -> dict[str, tuple[str, str]]:
         """``_TEXT_GENERATION_MODELS``: the decoder architectures the runner may hold."""
-        return registry_entries(self.read(REGISTRY) or "", "_TEXT_GENERATION_MODELS")
+        return registry_entries(self.read(REGISTRY) or "", TEXT_GENERATION_MODELS)
+
+    @cached_property
+    def multimodal_models(self) -> dict[str, tuple[str, str]]:
+        """``_MULTIMODAL_MODELS``: the architectures whose class runs a language model behind encoders of media."""
+        return registry_entries(self.read(REGISTRY) or "", MULTIMODAL_MODELS)
 
     @property
     def registered(self) -> frozenset[str]:

@@ -1,0 +1,86 @@
+"""Every multimodal architecture a release registers gets a verdict, judged as its runner judges the class it
+holds: after ``apply``, the wrappers whose language model is an EAGLE-3 target are targets, the gate admits every
+type of every target, and each other architecture is refused with its reason (on the real wheels)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers.cli import run_on as cli
+
+from vllm_eagle3_patch.discovery import model_types
+from vllm_eagle3_patch.eagle3.release import Release
+
+TARGET_SHARE = {"0.17.1": 0.9, "0.21.0": 0.9, "0.33.0": 0.9}
+"""Of the decoder-only multimodal architectures, the share that are EAGLE-3 targets after ``apply``."""
+SERVED_THROUGH_A_WRAPPER = (
+    "Qwen2VLForConditionalGeneration",
+    "InternVLChatModel",
+    "LlavaNextForConditionalGeneration",
+    "LlavaOnevisionForConditionalGeneration",
+    "Glm4vForConditionalGeneration",
+    "PaliGemmaForConditionalGeneration",
+    "Phi3VForCausalLM",
+    "DeepseekVLV2ForCausalLM",
+    "KimiVLForConditionalGeneration",
+    "Ovis",
+    "Qwen2AudioForConditionalGeneration",
+    "VoxtralForConditionalGeneration",
+    "GraniteSpeechForConditionalGeneration",
+    "AriaForConditionalGeneration",  # upstream's collecting decoder, bare (a LlamaModel subclass)
+    "Phi4MMForCausalLM",  # the same: self.model = LlamaModel(...)
+)
+"""Vision-language and audio models teams serve, none native on 0.17.1."""
+
+
+def architectures(package_dir) -> list[dict]:
+    completed = cli(package_dir, "status", "--architectures", "--json")
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)["architectures"]
+
+
+@pytest.mark.parametrize("version", sorted(TARGET_SHARE))
+def test_multimodal_architectures_are_targets_after_apply_and_the_others_say_why(release, version):
+    package_dir = release(version)
+    before = [v for v in architectures(package_dir) if v["kind"] == "multimodal"]
+    assert len(before) == len(Release(package_dir).multimodal_models)
+    assert cli(package_dir, "apply").returncode == 0
+    after = {v["architecture"]: v for v in architectures(package_dir) if v["kind"] == "multimodal"}
+    assert all(v["reason"] for v in after.values())
+    encoder_decoder = [a for a, v in after.items() if "encoder-decoder" in v["reason"]]
+    assert "WhisperForConditionalGeneration" in encoder_decoder
+    assert all(after[a]["verdict"] == "refused" for a in encoder_decoder)
+    decoder_only = [v for a, v in after.items() if a not in encoder_decoder]
+    targets = [v for v in decoder_only if v["verdict"] in ("native", "patched")]
+    assert len(targets) >= TARGET_SHARE[version] * len(decoder_only), f"{len(targets)} of {len(decoder_only)}"
+    assert {v["verdict"] for v in after.values()} <= {"native", "patched", "refused"}  # nothing left for apply
+
+
+def test_the_wrappers_teams_serve_become_targets(release):
+    package_dir = release("0.17.1")
+    before = {v["architecture"]: v for v in architectures(package_dir)}
+    assert all(before[a]["verdict"] in ("patchable", "gated") for a in SERVED_THROUGH_A_WRAPPER), before
+    assert cli(package_dir, "apply").returncode == 0
+    after = {v["architecture"]: v for v in architectures(package_dir)}
+    assert all(after[a]["verdict"] == "patched" for a in SERVED_THROUGH_A_WRAPPER), after
+    assert "DeepSeek-V2/V3" in after["KimiVLForConditionalGeneration"]["reason"]  # its language model's family
+    assert after["KimiK25ForConditionalGeneration"]["verdict"] == "patched"
+    assert after["Gemma3ForConditionalGeneration"]["verdict"] == "patched"
+
+
+@pytest.mark.parametrize("version", ["0.17.1", "0.21.0"])
+def test_the_patched_gate_admits_every_type_of_every_target(release, version):
+    """Read with the release's own gate test (a whitelist entry as a substring of the model type) on the file
+    ``apply`` wrote: no architecture ``status`` calls native or patched is refused by the gate."""
+    package_dir = release(version)
+    assert cli(package_dir, "apply").returncode == 0
+    tree = Release(package_dir)
+    targets = [v for v in architectures(package_dir) if v["verdict"] in ("native", "patched")]
+    refused = [
+        (v["architecture"], t)
+        for v in targets
+        for t in model_types(v["architecture"], v["module"])
+        if not tree.gate_admits(t)
+    ]
+    assert len(targets) > 150 and refused == []

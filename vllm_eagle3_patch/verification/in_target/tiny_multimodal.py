@@ -167,6 +167,16 @@ WRAPPERS: dict[str, TinyWrapper] = {
         # OPT initialises from init_std (0.02), not initializer_range: at 0.02 it repeats one token
         language_model_config={"init_std": 0.2},
     ),
+    # the same wrapper around a mixture of experts: the one vision-language wrapper 0.32.0's environment loads
+    "blip2_mixtral": TinyWrapper(
+        "Blip2ForConditionalGeneration",
+        "Blip2Config",
+        "mixtral",
+        _blip2_config,
+        _blip2_processor,
+        placeholder_given=False,
+        text_only=lambda model: model.language_model,
+    ),
 }
 """The multimodal architectures a tiny target can be built for, by the name ``--family`` takes."""
 

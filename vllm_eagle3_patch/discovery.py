@@ -108,6 +108,8 @@ class Discovery:
     runner accepts it, and on releases with a whitelist only the gate can still refuse it (Mistral on 0.17.1)."""
     wrappers: dict[str, FoundWrapper] = field(default_factory=dict)
     """Each multimodal architecture served through a wrapper found by rule (``multimodal.py``)."""
+    encoder_decoder: tuple[str, ...] = ()
+    """The multimodal architectures refused as encoder-decoder models (Whisper), which no rule serves."""
 
 
 def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
@@ -135,6 +137,7 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
             finder.wrappers[architecture] = replace(wrapper, model_types=model_types(architecture, module))
         elif wrapper.decoder_only is False or held_in is None:
             finder.unrecognised[architecture] = wrapper.reason
+            finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
         elif not finder.found_by_rule(architecture, module, chain, held_in):
             finder.unrecognised[architecture] = wrapper.reason
     return finder.discovery()
@@ -151,6 +154,7 @@ class _FamilyFinder:
         self.unrecognised: dict[str, str] = {}
         self.native: dict[str, tuple[str, ...]] = {}
         self.wrappers: dict[str, FoundWrapper] = {}
+        self.encoder_decoder: tuple[str, ...] = ()
         self.described = [(_module_of(f.wrapper.path), f.wrapper.cls) for f in known if f.wrapper is not None]
 
     @property
@@ -206,7 +210,14 @@ class _FamilyFinder:
 
     def discovery(self) -> Discovery:
         architectures = {a: self.found[key] for a, key in self.architectures.items()}
-        return Discovery(tuple(self.found.values()), architectures, self.unrecognised, self.native, self.wrappers)
+        return Discovery(
+            tuple(self.found.values()),
+            architectures,
+            self.unrecognised,
+            self.native,
+            self.wrappers,
+            self.encoder_decoder,
+        )
 
 
 def _no_class(module: str, cls: str) -> str:
@@ -229,6 +240,7 @@ def encode(discovery: Discovery) -> dict:
         "unrecognised": discovery.unrecognised,
         "native": discovery.native,
         "wrappers": {a: wrapper(w) for a, w in discovery.wrappers.items()},
+        "encoder_decoder": list(discovery.encoder_decoder),
     }
 
 
@@ -255,7 +267,9 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
             for a, w in data["wrappers"].items()
         }
         wrappers = {a: replace(w, family=by_name[w.family] if w.family else None) for a, w in wrappers.items()}
-        return Discovery(tuple(families), architectures, dict(data["unrecognised"]), native, wrappers)
+        unrecognised = dict(data["unrecognised"])
+        encoder_decoder = tuple(data["encoder_decoder"])
+        return Discovery(tuple(families), architectures, unrecognised, native, wrappers, encoder_decoder)
 
     return decode
 

@@ -82,7 +82,8 @@ def test_harness_builds_the_real_model() -> None:
         assert all(isinstance(stage.model.layers[i], module.PPMissingLayer) for i in range(4))
         assert isinstance(stage.model.embed_tokens, module.PPMissingLayer)
         assert isinstance(stage.model.norm, harness.StandInNorm)
-    # ``Stage.run`` passes these positionally; every release 0.8.5-0.17.1 has this order.
+    # ``Stage.run`` passes these positionally; every release 0.8.5-0.17.1 has this order.  Kept by hand on
+    # purpose: it is the harness's own assumption, checked against the release, not a fact the tests derive.
     parameters = list(inspect.signature(module.DeepseekV2Model.forward).parameters)
     assert parameters == [
         "self", "input_ids", "positions", "intermediate_tensors", "inputs_embeds",

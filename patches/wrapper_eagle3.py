@@ -112,6 +112,7 @@ class WrapperTarget(SingleFileTarget):
             native=lambda module: declares_eagle3(module, self.wrapper.cls, (PROTOCOL,)),
             preconditions=lambda: require_patchable(self.family, release, options),  # the methods rely on it
             reads=lambda function: function.cls == self.wrapper.cls and function.name == "__init__",
+            classes=lambda name: name == self.wrapper.cls,
         )
 
 
@@ -179,6 +180,7 @@ class FoundWrappersTarget(SingleFileTarget):
             native=lambda module: _all_declare_eagle3(module, classes),
             preconditions=preconditions,
             reads=lambda function: function.cls in classes and function.name == "__init__",
+            classes=lambda name: name in classes,  # a multimodal file's towers and processors, set aside
         )
 
 

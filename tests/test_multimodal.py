@@ -84,3 +84,47 @@ def test_the_patched_gate_admits_every_type_of_every_target(release, version):
         if not tree.gate_admits(t)
     ]
     assert len(targets) > 150 and refused == []
+
+
+def checkpoint(directory, architecture: str, text: dict, **fields) -> str:
+    """A multimodal checkpoint's ``config.json``: the wrapper's architecture, its text config nested."""
+    directory.mkdir()
+    config = {"architectures": [architecture], "text_config": {"num_hidden_layers": 8, **text}, **fields}
+    (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+def model_verdict(package_dir, model: str) -> tuple[int, str]:
+    completed = cli(package_dir, "status", "--model", model, "--check", "--json")
+    return completed.returncode, json.loads(completed.stdout)["model"]["verdict"]
+
+
+def test_status_judges_a_multimodal_checkpoint_and_the_language_model_it_names(release, tmp_path):
+    """LLaVA-NeXT leaves its language model to the checkpoint: a Mixtral one is a target once ``apply`` patched
+    the wrapper, Mixtral's file and the gate; a PLaMo-2 one never is (its decoder is refused); by name alone, the
+    verdict asks for the checkpoint."""
+    package_dir = release("0.17.1")
+    mixtral = checkpoint(
+        tmp_path / "llava-mixtral",
+        "LlavaNextForConditionalGeneration",
+        {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral"},
+        model_type="llava_next",
+    )
+    plamo = checkpoint(
+        tmp_path / "llava-plamo",
+        "LlavaNextForConditionalGeneration",
+        {"architectures": ["Plamo2ForCausalLM"], "model_type": "plamo2"},
+        model_type="llava_next",
+    )
+    qwen2_vl = checkpoint(tmp_path / "qwen2-vl", "Qwen2VLForConditionalGeneration", {"model_type": "qwen2_vl_text"})
+    code, verdict = model_verdict(package_dir, mixtral)
+    assert code == 1 and "llava_next.py is unpatched" in verdict and "mixtral.py is unpatched" in verdict, verdict
+    assert cli(package_dir, "apply").returncode == 0
+    for ready in (mixtral, qwen2_vl):
+        code, verdict = model_verdict(package_dir, ready)
+        assert code == 0 and "an EAGLE-3 target on this install" in verdict, verdict
+    assert "MixtralForCausalLM" in model_verdict(package_dir, mixtral)[1]
+    code, verdict = model_verdict(package_dir, plamo)
+    assert code == 1 and "plamo2.py is unsupported" in verdict, verdict
+    code, verdict = model_verdict(package_dir, "LlavaNextForConditionalGeneration")
+    assert code == 1 and "give the checkpoint's directory" in verdict, verdict

@@ -10,13 +10,13 @@ import pytest
 from helpers import environments
 from helpers.bytes_on_disk import record_mismatches, tree_digest
 from helpers.cli import run_cli
+from helpers.declared_support import declares_eagle3, runner_classes
 from helpers.inner_suite import run_inside
 from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
-from packaging.version import Version
 
 from vllm_eagle3_patch.codemod.target import Policy
-from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES
-from vllm_eagle3_patch.registry import FAMILIES
+from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES, Release
+from vllm_eagle3_patch.registry import DEEPSEEK_V2, FAMILIES
 
 pytestmark = pytest.mark.matrix  # every release of the corpus, each with its inner suite: the full command's
 
@@ -58,7 +58,7 @@ def test_patch_verify_revert(version, interpreter, release, request):
     targets = {t["file"]: t["state"] for t in before["targets"]}
     # the model, the gate, Kimi-K2.5 (0.15.0+), the families; files the rule cannot follow are left alone
     assert set(targets.values()) <= {"unpatched", "unsupported"}, targets
-    assert targets["model_executor/models/deepseek_v2.py"] == "unpatched"
+    assert targets[DEEPSEEK_V2.path] == "unpatched"
     left_alone = {f: (package_dir / f).read_bytes() for f, s in targets.items() if s == "unsupported"}
 
     applied = run_cli("--vllm-dir", str(package_dir), "apply")
@@ -93,23 +93,12 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 
-FAMILY_FILES = {
-    path
-    for f in FAMILIES
-    if f.policy is not Policy.REQUIRED
-    for path in (f.path, *([f.wrapper.path] if f.wrapper else []))
-}
-NATIVE_FILES = {"model_executor/models/deepseek_v2.py", "model_executor/models/kimi_k25.py"}
+RUNNER_CLASSES = runner_classes(FAMILIES)
+"""Every file of the registry's families, and the class in it the runner holds."""
+FAMILY_FILES = set(runner_classes(tuple(f for f in FAMILIES if f.policy is not Policy.REQUIRED)))
+REQUIRED_FILES = set(RUNNER_CLASSES) - FAMILY_FILES
+"""DeepSeek's model and Kimi-K2.5's wrapper: vLLM's own EAGLE-3 on every release these tests run."""
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
-UPSTREAM_FROM = {
-    "model_executor/models/minimax_m2.py": "0.20.0",
-    "model_executor/models/qwen3_next.py": "0.24.0",
-    "model_executor/models/qwen3_5.py": "0.18.0",
-}
-"""Family files vLLM itself gives EAGLE-3 from these releases on (native): the causal LM the runner
-holds passes ``supports_eagle3`` and its decoder collects.  On 0.18-0.23 Qwen3-Next's decoder already
-collects (from 0.20.0 as an ``EagleModelMixin``) but its causal LM lacks the protocol until 0.24.0:
-patched, not native."""
 FAMILY_RELEASES = [
     pytest.param("0.18.0", "cpu_python", (), id="0.18.0"),
     pytest.param("0.21.0", "engine_python", (), id="0.21.0"),  # the last whitelist; Qwen3-Next half native
@@ -129,8 +118,12 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     before = status(package_dir)
     targets = {t["file"]: t["state"] for t in before["targets"]}
     assert before["state"] == "unpatched" and "native for DeepSeek-V2/V3" in before["reason"], before
-    assert {f for f, s in targets.items() if s == "native"} - {"config/speculative.py"} - FAMILY_FILES == NATIVE_FILES
-    assert {f: targets[f] for f in FAMILY_FILES} == {f: expected_family_state(f, version) for f in FAMILY_FILES}
+    # native where the wheel's own file gives the runner's class the protocol (an independent reading), else patched
+    expected = {f: declared_state(package_dir, f) for f in RUNNER_CLASSES}
+    assert {f: targets[f] for f in RUNNER_CLASSES} == expected
+    assert {expected[f] for f in REQUIRED_FILES} == {"native"}, expected
+    natives = {f for f, s in targets.items() if s == "native"}
+    assert natives - {Release(package_dir).gate_file} - set(RUNNER_CLASSES) == set(), natives
     native_bytes = {f: (package_dir / f).read_bytes() for f in targets if targets[f] == "native"}
 
     applied = run_cli("--vllm-dir", str(package_dir), "apply")
@@ -164,11 +157,11 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert status(package_dir)["state"] == "unpatched"
 
 
-def expected_family_state(path: str, version: str) -> str:
-    release = Version(version)
-    if path in UPSTREAM_FROM and release >= Version(UPSTREAM_FROM[path]):
-        return "native"
-    return "unpatched"
+def declared_state(package_dir, path: str) -> str:
+    """``native`` where the file, as the wheel holds it, gives the runner's class ``SupportsEagle3``
+    (``helpers/declared_support.py``); else ``unpatched``, for apply to patch."""
+    source = (package_dir / path).read_text() if (package_dir / path).is_file() else None
+    return "native" if declares_eagle3(source, RUNNER_CLASSES[path]) else "unpatched"
 
 
 def test_qwen3_5_on_its_own_interpreter(release):
@@ -262,5 +255,5 @@ def test_releases_without_eagle3_are_refused(version, release):
     assert "no EAGLE-3" in report["reason"]
     applied = run_cli("--vllm-dir", str(package_dir), "apply")
     assert applied.returncode == 1
-    assert applied.stderr.count("\n") == 1 and "deepseek_v2.py" in applied.stderr
+    assert applied.stderr.count("\n") == 1 and DEEPSEEK_V2.path.rsplit("/", 1)[-1] in applied.stderr
     assert tree_digest(package_dir.parent) == untouched

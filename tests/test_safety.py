@@ -19,6 +19,7 @@ from helpers.cli import run_cli
 from helpers.cli import run_on as cli
 from helpers.cli import status_of as state
 from helpers.environments import python_with_path_entries
+from helpers.paused_run import kill_at_pause, spawn_paused
 
 DEEPSEEK = "model_executor/models/deepseek_v2.py"
 
@@ -306,21 +307,24 @@ def leftovers(package_dir: Path) -> list[str]:
     return sorted(str(path.relative_to(package_dir)) for path in package_dir.rglob(".*.tmp"))
 
 
-def temporary_beside(directory: Path):
-    """True while a write into ``directory`` is between its temporary file and the rename."""
-    return lambda: any(entry.name.endswith(".tmp") for entry in os.scandir(directory))
-
-
-def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_it(release):
+def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_it(release, tmp_path):
     """Issue 29.5: every target file or none, as the README promises.  A kill between two files of
     a real ``apply`` or ``revert`` is ``interrupted`` in status (``--check`` fails); the next ``apply``
-    finishes or redoes it, the next ``revert`` finishes or undoes it; no temporary file is left."""
+    finishes or redoes it, the next ``revert`` finishes or undoes it; no temporary file is left.
+
+    Each run stops itself at the exact rename the case is about and is killed there
+    (``helpers/paused_run.py``): a kill timed by watching the tree would race the writer."""
     package_dir = release("0.17.1")
     models = package_dir / "model_executor" / "models"
     state_dir = package_dir / ".vllm-eagle3-patch"
     journal = state_dir / "journal.json"
-    deepseek = package_dir / DEEPSEEK
-    original = sha256_of(deepseek)
+    marker = tmp_path / "paused"
+
+    def kill_9(command: str, moment: str) -> None:
+        """``command`` killed just ``moment`` its first rename of a file into vLLM's model directory."""
+        process = spawn_paused(marker, moment, models, "--vllm-dir", str(package_dir), command)
+        kill_at_pause(process, marker)
+        assert journal.exists()
 
     def interrupted(command: str) -> dict:
         report = state(package_dir)
@@ -331,8 +335,7 @@ def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_i
         return report
 
     # apply killed while a file's temporary copy sits beside vLLM's own; revert undoes it
-    process = spawn(package_dir, "apply")
-    kill_when(process, temporary_beside(models))
+    kill_9("apply", "before")
     (left,) = leftovers(package_dir)
     assert left.startswith("model_executor/models/.") and left.endswith(".py.vllm-eagle3-patch.tmp")
     assert str(package_dir / left) in interrupted("apply")["reason"]  # named, with who removes it
@@ -341,8 +344,7 @@ def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_i
     assert record_mismatches(package_dir) == [] and leftovers(package_dir) == [] and not state_dir.exists()
 
     # apply killed after its first file; apply finishes it
-    process = spawn(package_dir, "apply")
-    kill_when(process, lambda: journal.exists() and sha256_of(deepseek) != original)
+    kill_9("apply", "after")
     report = interrupted("apply")
     assert {t["state"] for t in report["targets"]} >= {"patched", "unpatched"}  # each row is what its file is
     finished = cli(package_dir, "apply")
@@ -351,8 +353,7 @@ def test_kill_9_mid_run_is_named_by_status_and_the_next_run_finishes_or_undoes_i
 
     # revert killed after its first file; apply patches again, then a killed revert is finished by revert
     for command, then in (("revert", "apply"), ("revert", "revert")):
-        process = spawn(package_dir, command)
-        kill_when(process, lambda: journal.exists() and sha256_of(deepseek) == original)
+        kill_9(command, "after")
         interrupted("revert")
         completed = cli(package_dir, then)
         assert completed.returncode == 0, completed

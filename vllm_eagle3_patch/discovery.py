@@ -77,6 +77,24 @@ MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "Qwen4ExpForCausalLM": ("qwen4_exp_text", "qwen4_exp"),
     "InklingForCausalLM": ("inkling_text",),
     "InklingForConditionalGeneration": ("inkling_mm_model",),
+    # multimodal classes whose checkpoints name another type than their module (transformers' own mapping)
+    "Blip2ForConditionalGeneration": ("blip-2",),
+    "Ernie4_5_VLMoeForConditionalGeneration": ("ernie4_5_vl_moe",),
+    "Gemma3ForConditionalGeneration": ("gemma3",),
+    "Gemma3nForConditionalGeneration": ("gemma3n",),
+    "Gemma4ForConditionalGeneration": ("gemma4",),
+    "Glm4vForConditionalGeneration": ("glm4v",),
+    "Glm4vMoeForConditionalGeneration": ("glm4v_moe",),
+    "Glm5NextForConditionalGeneration": ("glm5_next",),
+    "HunYuanVLForConditionalGeneration": ("hunyuan_vl",),
+    "InternVLForConditionalGeneration": ("internvl",),
+    "Llama4ForConditionalGeneration": ("llama4",),
+    "MiniMaxM3SparseForConditionalGeneration": ("minimax_m3_vl",),
+    "NemotronH_Omni_Reasoning_V3": ("nemotron_h_omni",),
+    "Qwen2_5OmniModel": ("qwen2_5_omni",),
+    "Qwen2_5OmniForConditionalGeneration": ("qwen2_5_omni",),
+    "Qwen3OmniMoeForConditionalGeneration": ("qwen3_omni_moe",),
+    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5_moe",),
     # served by another architecture's module (llama.py), their checkpoints name their own type
     "AquilaModel": ("aquila",),
     "AquilaForCausalLM": ("aquila",),
@@ -108,6 +126,8 @@ class Discovery:
     runner accepts it, and on releases with a whitelist only the gate can still refuse it (Mistral on 0.17.1)."""
     wrappers: dict[str, FoundWrapper] = field(default_factory=dict)
     """Each multimodal architecture served through a wrapper found by rule (``multimodal.py``)."""
+    encoder_decoder: tuple[str, ...] = ()
+    """The multimodal architectures refused as encoder-decoder models (Whisper), which no rule serves."""
 
 
 def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
@@ -135,6 +155,7 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
             finder.wrappers[architecture] = replace(wrapper, model_types=model_types(architecture, module))
         elif wrapper.decoder_only is False or held_in is None:
             finder.unrecognised[architecture] = wrapper.reason
+            finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
         elif not finder.found_by_rule(architecture, module, chain, held_in):
             finder.unrecognised[architecture] = wrapper.reason
     return finder.discovery()
@@ -151,6 +172,7 @@ class _FamilyFinder:
         self.unrecognised: dict[str, str] = {}
         self.native: dict[str, tuple[str, ...]] = {}
         self.wrappers: dict[str, FoundWrapper] = {}
+        self.encoder_decoder: tuple[str, ...] = ()
         self.described = [(_module_of(f.wrapper.path), f.wrapper.cls) for f in known if f.wrapper is not None]
 
     @property
@@ -206,7 +228,14 @@ class _FamilyFinder:
 
     def discovery(self) -> Discovery:
         architectures = {a: self.found[key] for a, key in self.architectures.items()}
-        return Discovery(tuple(self.found.values()), architectures, self.unrecognised, self.native, self.wrappers)
+        return Discovery(
+            tuple(self.found.values()),
+            architectures,
+            self.unrecognised,
+            self.native,
+            self.wrappers,
+            self.encoder_decoder,
+        )
 
 
 def _no_class(module: str, cls: str) -> str:
@@ -229,6 +258,7 @@ def encode(discovery: Discovery) -> dict:
         "unrecognised": discovery.unrecognised,
         "native": discovery.native,
         "wrappers": {a: wrapper(w) for a, w in discovery.wrappers.items()},
+        "encoder_decoder": list(discovery.encoder_decoder),
     }
 
 
@@ -255,7 +285,9 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
             for a, w in data["wrappers"].items()
         }
         wrappers = {a: replace(w, family=by_name[w.family] if w.family else None) for a, w in wrappers.items()}
-        return Discovery(tuple(families), architectures, dict(data["unrecognised"]), native, wrappers)
+        unrecognised = dict(data["unrecognised"])
+        encoder_decoder = tuple(data["encoder_decoder"])
+        return Discovery(tuple(families), architectures, unrecognised, native, wrappers, encoder_decoder)
 
     return decode
 

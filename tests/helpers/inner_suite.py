@@ -1,9 +1,10 @@
 """Running the inner suite (``tests/inside_vllm``) in another interpreter, against a vLLM tree.
 
 That interpreter may not import this tool, so what the inner tests need of it travels as data: the families
-the tool patches on the tree (the registry's, then those it finds by rule) and the model types its gate
-admits, as JSON in ``VLLM_EAGLE3_PATCH_FAMILIES`` (read by ``tests/inside_vllm/tool_families.py``).  Run as a
-script, ``python tests/helpers/inner_suite.py <vllm dir>`` prints that JSON, for running the inner suite by hand.
+the tool patches on the tree (the registry's, then those it finds by rule), the model types its gate
+admits and the entries the release's own gate matched before any patch (read from the unpatched wheel in the
+cache), as JSON in ``VLLM_EAGLE3_PATCH_FAMILIES`` (read by ``tests/inside_vllm/tool_families.py``).
+``PYTHONPATH=tests python -m helpers.inner_suite <vllm dir>`` prints that JSON, for running the inner suite by hand.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.wheel_corpus import release_tree
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import State
-from vllm_eagle3_patch.eagle3.release import module_name
+from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries, module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan
 from vllm_eagle3_patch.registry import FAMILIES, gated_model_types
@@ -30,11 +32,20 @@ def families_of(plan: Plan) -> tuple[Family, ...]:
     return (*FAMILIES, *plan.discovery.families)
 
 
+def accepted_before(version: str) -> tuple[str, ...]:
+    """The entries the gate of the wheel of ``version`` (unpatched, from the cache) matches model types against:
+    what the patched gate must still accept (none: the release has no whitelist)."""
+    release = Release(release_tree(version) / "vllm")
+    source = (release.read(release.gate_file) if release.gate_file else None) or ""
+    return admitted_entries(source) if any(sign in source for sign in GATE_SIGNS) else ()
+
+
 def families_data(package_dir: Path) -> str:
     """``{"families": [{module, model, causal_lm, model_types, found_by_rule}], "gated_model_types": [...],
-    "wrappers": [{module, cls, attribute, language_model, bare, chosen_by_checkpoint}]}`` (the multimodal classes
-    found by rule whose files the tool patches)."""
-    plan = make_plan(from_package_dir(package_dir), states_only=True)
+    "accepted_before": [...], "wrappers": [{module, cls, attribute, language_model, bare, chosen_by_checkpoint}]}``
+    (the multimodal classes found by rule whose files the tool patches)."""
+    install = from_package_dir(package_dir)
+    plan = make_plan(install, states_only=True)
     families = [
         {
             "module": module_name(family.path),
@@ -59,7 +70,12 @@ def families_data(package_dir: Path) -> str:
         if found.wrapper.path in eagle3_files
     }
     return json.dumps(
-        {"families": families, "gated_model_types": list(gated_model_types()), "wrappers": list(wrappers.values())}
+        {
+            "families": families,
+            "gated_model_types": list(gated_model_types()),
+            "accepted_before": list(accepted_before(install.version)),
+            "wrappers": list(wrappers.values()),
+        }
     )
 
 

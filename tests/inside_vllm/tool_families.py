@@ -1,7 +1,8 @@
 """What this tool patches on the tree under test, as the outer suite hands it over: this interpreter may not
 import the tool, so ``tests/helpers/inner_suite.py`` writes the registry's families, those the tool finds by
-rule on this tree and the model types its gate admits as JSON into ``VLLM_EAGLE3_PATCH_FAMILIES``.  The tests
-read them here rather than keep a copy of the registry by hand."""
+rule on this tree, the model types its gate admits and the entries the release's own (unpatched) gate matched
+as JSON into ``VLLM_EAGLE3_PATCH_FAMILIES``.  The tests read them here rather than keep a copy of the registry or
+of a release's whitelist by hand."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ class ToolFamilies:
     families: tuple[ToolFamily, ...]
     gated_model_types: tuple[str, ...]
     """Every model type the tool's speculative-config gate admits for its registry's families."""
+    accepted_before: tuple[str, ...]
+    """The entries of the release's own gate, unpatched (its whitelist, or 0.8.5-0.10.0's ``"llama"``): a model
+    type containing one is accepted, before the patch and after it."""
     wrappers: tuple[ToolWrapper, ...] = ()
 
     def named(self, name: str) -> ToolFamily | None:
@@ -63,7 +67,7 @@ def load() -> ToolFamilies:
     if VARIABLE not in os.environ:
         raise RuntimeError(
             f"{VARIABLE} is not set: the outer suite sets it (tests/helpers/inner_suite.py); by hand, "
-            f'{VARIABLE}="$(python tests/helpers/inner_suite.py <vllm dir>)"'
+            f'{VARIABLE}="$(PYTHONPATH=tests python -m helpers.inner_suite <vllm dir>)"'
         )
     data = json.loads(os.environ[VARIABLE])
     families = tuple(
@@ -71,4 +75,4 @@ def load() -> ToolFamilies:
         for f in data["families"]
     )
     wrappers = tuple(ToolWrapper(**w) for w in data.get("wrappers", ()))
-    return ToolFamilies(families, tuple(data["gated_model_types"]), wrappers)
+    return ToolFamilies(families, tuple(data["gated_model_types"]), tuple(data["accepted_before"]), wrappers)

@@ -38,6 +38,8 @@ class ArchitectureVerdict:
     over_pipeline_ranks: Optional[bool] = None
     """Whether its decoder carries aux states across pipeline ranks once patched (0.30.0+, model runner V2);
     None where this tool does not write its file (native or refused: ``doctor --target`` reads those)."""
+    decoder_only: bool = True
+    """False for an encoder-decoder model (Whisper), which EAGLE-3 does not serve."""
     kind: str = "text"
     """``text`` (``_TEXT_GENERATION_MODELS``) or ``multimodal`` (``_MULTIMODAL_MODELS``: a language model behind
     encoders of images, video or audio)."""
@@ -55,6 +57,7 @@ def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
             replace(
                 judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays),
                 kind=kind,
+                decoder_only=architecture not in plan.discovery.encoder_decoder,
             ),
             gate_verdict(plan, model_types(architecture, module)),
         )

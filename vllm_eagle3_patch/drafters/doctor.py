@@ -332,6 +332,8 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
     model = context.model
     if model is None:
         return None, "needs the target's config.json"
+    if model.wrapper is not None:
+        model = _held_language_model(context, model)
     if model.declares_eagle3 or (model.family is not None and _model_state(model) is State.NATIVE):
         return native_layers(context, model, n)
     if model.family is None:
@@ -344,6 +346,19 @@ def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], str]:
     if state is State.UNPATCHED:
         return layer_ids.patched_default(n), "the patched default, once applied"
     return None, f"vLLM {context.version} is {plan.state.value}"
+
+
+def _held_language_model(context: Context, wrapper: TargetModel) -> TargetModel:
+    """The model whose getter the multimodal class found by rule hands the runner on to: the language model the
+    checkpoint names, a native one by its class (its own getter), else the wrapper itself (the patched default, as
+    a family's causal LM or a bare decoder gets it)."""
+    found = wrapper.wrapper
+    if wrapper.language_model is not None:
+        return wrapper.language_model
+    if found is not None and found.family is None and not found.bare and not found.chosen_by_checkpoint:
+        if found.language_model in context.release.registry:
+            return target_model_of(context.plan, found.language_model, None)
+    return wrapper
 
 
 def native_layers(context: Context, model: TargetModel, n: int) -> tuple[Optional[tuple[int, ...]], str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from ..codemod.family import Family
+from ..codemod.family import Family, FoundWrapper
 from ..codemod.target import State
 from ..discovery import model_types
 from ..eagle3.class_chain import ChainReader, registry_module
@@ -46,9 +46,18 @@ class TargetModel:
     """The registered class implements EAGLE-3 itself (Llama's and every class inheriting it)."""
     from_checkpoint: bool = False
     """The model type is the checkpoint's own, not every type the architecture's checkpoints use."""
+    wrapper: Optional[FoundWrapper] = None
+    """The multimodal class found by rule that serves it, handing EAGLE-3 on to its language model."""
+    language_model: Optional[TargetModel] = None
+    """The language model the checkpoint's text config names, where the wrapper leaves the choice to it."""
 
     @property
     def ready(self) -> bool:
+        if self.wrapper is not None:
+            files_ready = self.gate.admits and all(f.state in READY for f in self.files)
+            return files_ready and (
+                not self.wrapper.chosen_by_checkpoint or bool(self.language_model and self.language_model.ready)
+            )
         if self.declares_eagle3:
             return self.gate.admits
         return self.family is not None and self.gate.admits and all(f.state in READY for f in self.files)
@@ -62,7 +71,14 @@ class TargetModel:
     @property
     def apply_fixes(self) -> bool:
         """Whether ``apply`` makes it an EAGLE-3 target: all it lacks is unpatched files and the gate's types."""
-        if self.ready or (self.family is None and not self.declares_eagle3):
+        if self.ready or (self.family is None and not self.declares_eagle3 and self.wrapper is None):
+            return False
+        inner = self.language_model
+        if (
+            self.wrapper is not None
+            and self.wrapper.chosen_by_checkpoint
+            and not (inner and (inner.ready or inner.apply_fixes))
+        ):
             return False
         waiting = [f for f in self.files if f.state not in READY]
         return (self.gate.admits or self.gate.apply_opens) and all(f.state is State.UNPATCHED for f in waiting)
@@ -84,6 +100,8 @@ class TargetModel:
                 return f"{self.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
             why = f"its class implements EAGLE-3, but {self.gate_refusal()}"
             return f"{self.architecture}{where}: not an EAGLE-3 target yet ({why})"
+        if self.wrapper is not None:
+            return self._wrapper_verdict(where)
         if self.family is None:
             return f"{self.architecture}{where}: not a model family this tool patches"
         if self.ready:
@@ -93,6 +111,31 @@ class TargetModel:
         if not self.gate.admits:
             waiting.append(self.gate_refusal())
         return f"{self.architecture}{where}: not an EAGLE-3 target yet ({', '.join(waiting)})"
+
+    def _wrapper_verdict(self, where: str) -> str:
+        """A multimodal class found by rule: its files, the gate, and the language model the checkpoint names."""
+        wrapper = self.wrapper
+        assert wrapper is not None
+        inner = self.language_model
+        if wrapper.chosen_by_checkpoint:
+            through = (
+                f"its language model, {inner.architecture}" if inner else "the language model its checkpoint names"
+            )
+        else:
+            through = f"its language model, {wrapper.language_model}"
+        if self.ready:
+            how = f"{wrapper.name} hands it on to {through}"
+            return f"{self.architecture}{where}: an EAGLE-3 target on this install ({how})"
+        waiting = [f"{f.path} is {f.state.value}" for f in self.files if f.state not in READY]
+        if not self.gate.admits:
+            waiting.append(self.gate_refusal())
+        if wrapper.chosen_by_checkpoint and inner is None and not self.from_checkpoint:
+            waiting.append("its checkpoint's text config names its language model: give the checkpoint's directory")
+        elif wrapper.chosen_by_checkpoint and inner is None:
+            waiting.append("its checkpoint's text_config names no architectures, which would be its language model")
+        elif inner is not None and not inner.ready:
+            waiting.append(inner.verdict())
+        return f"{self.architecture}{where}: not an EAGLE-3 target yet ({'; '.join(waiting)})"
 
 
 def target_model(plan: Plan, model: str) -> TargetModel:
@@ -107,6 +150,9 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     it is judged by every model type its checkpoints name (``discovery.model_types``), never one guessed."""
     entry = plan.release.registry.get(architecture)
     module = entry[0] if entry else None
+    found = plan.discovery.wrappers.get(architecture)
+    if entry is not None and found is not None:
+        return _through_a_wrapper(plan, architecture, entry, found, config)
     family, wrapper = _family_of(module)
     if family is None:
         family = plan.discovery.architectures.get(architecture)  # found by rule in the registry
@@ -137,6 +183,25 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
         named = (family.wrapper.text_model_type,)  # the runner's text config is its language model's
     types = named or family.model_types
     return TargetModel(architecture, module, family, files, gate(types), False, config is not None)
+
+
+def _through_a_wrapper(
+    plan: Plan, architecture: str, entry: tuple[str, str], found: FoundWrapper, config: Optional[ModelConfig]
+) -> TargetModel:
+    """A multimodal class found by rule: its file, its language model's family file, the proposer (where its
+    ``load_model`` does not name the class) and the gate, judged by the checkpoint's text model type where given;
+    where the checkpoint chooses the language model, that one is judged too."""
+    paths = {found.wrapper.path, *_proposer_reading_generically(plan, entry[1])}
+    if found.family is not None:
+        paths.add(found.family.path)
+    files = tuple(f for f in plan.files if f.path in paths)
+    types = (str(config.text.get("model_type", "")),) if config else model_types(architecture, entry[0])
+    inner = None
+    named = config.text.get("architectures") if config is not None else None
+    if found.chosen_by_checkpoint and isinstance(named, list) and named:
+        inner = target_model_of(plan, str(named[0]), None)
+    gate = gate_verdict(plan, types)
+    return TargetModel(architecture, entry[0], found.family, files, gate, False, config is not None, found, inner)
 
 
 def _proposer_reading_generically(plan: Plan, architecture: str) -> tuple[str, ...]:

@@ -5,8 +5,12 @@ type of every target, and each other architecture is refused with its reason (on
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+from helpers import wheel_corpus
 from helpers.cli import run_on as cli
 
 from vllm_eagle3_patch.discovery import model_types
@@ -40,48 +44,70 @@ def architectures(package_dir) -> list[dict]:
     return json.loads(completed.stdout)["architectures"]
 
 
+@dataclass(frozen=True)
+class Applied:
+    """One release's tree, its verdicts before ``apply`` and after (one ``apply`` shared by this file's tests)."""
+
+    package_dir: Path
+    before: dict[str, dict]
+    after: dict[str, dict]
+
+
+@pytest.fixture(scope="module")
+def applied(tmp_path_factory):
+    trees: dict[str, Applied] = {}
+
+    def get(version: str) -> Applied:
+        if version not in trees:
+            tree = tmp_path_factory.mktemp(f"vllm-{version}")
+            shutil.copytree(wheel_corpus.release_tree(version), tree, dirs_exist_ok=True)
+            package_dir = tree / "vllm"
+            before = {v["architecture"]: v for v in architectures(package_dir)}
+            assert cli(package_dir, "apply").returncode == 0
+            after = {v["architecture"]: v for v in architectures(package_dir)}
+            trees[version] = Applied(package_dir, before, after)
+        return trees[version]
+
+    return get
+
+
 @pytest.mark.parametrize("version", sorted(TARGET_SHARE))
-def test_multimodal_architectures_are_targets_after_apply_and_the_others_say_why(release, version):
-    package_dir = release(version)
-    before = [v for v in architectures(package_dir) if v["kind"] == "multimodal"]
-    assert len(before) == len(Release(package_dir).multimodal_models)
-    assert cli(package_dir, "apply").returncode == 0
-    after = {v["architecture"]: v for v in architectures(package_dir) if v["kind"] == "multimodal"}
+def test_multimodal_architectures_are_targets_after_apply_and_the_others_say_why(applied, version):
+    tree = applied(version)
+    before = [v for v in tree.before.values() if v["kind"] == "multimodal"]
+    assert len(before) == len(Release(tree.package_dir).multimodal_models)
+    after = {a: v for a, v in tree.after.items() if v["kind"] == "multimodal"}
     assert all(v["reason"] for v in after.values())
-    encoder_decoder = [a for a, v in after.items() if "encoder-decoder" in v["reason"]]
+    encoder_decoder = [a for a, v in after.items() if not v["decoder_only"]]
     assert "WhisperForConditionalGeneration" in encoder_decoder
-    assert all(after[a]["verdict"] == "refused" for a in encoder_decoder)
+    assert all(after[a]["verdict"] == "refused" and "encoder-decoder" in after[a]["reason"] for a in encoder_decoder)
     decoder_only = [v for a, v in after.items() if a not in encoder_decoder]
     targets = [v for v in decoder_only if v["verdict"] in ("native", "patched")]
     assert len(targets) >= TARGET_SHARE[version] * len(decoder_only), f"{len(targets)} of {len(decoder_only)}"
     assert {v["verdict"] for v in after.values()} <= {"native", "patched", "refused"}  # nothing left for apply
 
 
-def test_the_wrappers_teams_serve_become_targets(release):
-    package_dir = release("0.17.1")
-    before = {v["architecture"]: v for v in architectures(package_dir)}
-    assert all(before[a]["verdict"] in ("patchable", "gated") for a in SERVED_THROUGH_A_WRAPPER), before
-    assert cli(package_dir, "apply").returncode == 0
-    after = {v["architecture"]: v for v in architectures(package_dir)}
-    assert all(after[a]["verdict"] == "patched" for a in SERVED_THROUGH_A_WRAPPER), after
-    assert "DeepSeek-V2/V3" in after["KimiVLForConditionalGeneration"]["reason"]  # its language model's family
-    assert after["KimiK25ForConditionalGeneration"]["verdict"] == "patched"
-    assert after["Gemma3ForConditionalGeneration"]["verdict"] == "patched"
+def test_the_wrappers_teams_serve_become_targets(applied):
+    tree = applied("0.17.1")
+    assert all(tree.before[a]["verdict"] in ("patchable", "gated") for a in SERVED_THROUGH_A_WRAPPER), tree.before
+    assert all(tree.after[a]["verdict"] == "patched" for a in SERVED_THROUGH_A_WRAPPER), tree.after
+    assert "DeepSeek-V2/V3" in tree.after["KimiVLForConditionalGeneration"]["reason"]  # its language model's family
+    assert tree.after["KimiK25ForConditionalGeneration"]["verdict"] == "patched"
+    assert tree.after["Gemma3ForConditionalGeneration"]["verdict"] == "patched"
 
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.21.0"])
-def test_the_patched_gate_admits_every_type_of_every_target(release, version):
+def test_the_patched_gate_admits_every_type_of_every_target(applied, version):
     """Read with the release's own gate test (a whitelist entry as a substring of the model type) on the file
     ``apply`` wrote: no architecture ``status`` calls native or patched is refused by the gate."""
-    package_dir = release(version)
-    assert cli(package_dir, "apply").returncode == 0
-    tree = Release(package_dir)
-    targets = [v for v in architectures(package_dir) if v["verdict"] in ("native", "patched")]
+    tree = applied(version)
+    patched_gate = Release(tree.package_dir)
+    targets = [v for v in tree.after.values() if v["verdict"] in ("native", "patched")]
     refused = [
         (v["architecture"], t)
         for v in targets
         for t in model_types(v["architecture"], v["module"])
-        if not tree.gate_admits(t)
+        if not patched_gate.gate_admits(t)
     ]
     assert len(targets) > 150 and refused == []
 
@@ -99,11 +125,10 @@ def model_verdict(package_dir, model: str) -> tuple[int, str]:
     return completed.returncode, json.loads(completed.stdout)["model"]["verdict"]
 
 
-def test_status_judges_a_multimodal_checkpoint_and_the_language_model_it_names(release, tmp_path):
+def test_status_judges_a_multimodal_checkpoint_and_the_language_model_it_names(release, applied, tmp_path):
     """LLaVA-NeXT leaves its language model to the checkpoint: a Mixtral one is a target once ``apply`` patched
     the wrapper, Mixtral's file and the gate; a PLaMo-2 one never is (its decoder is refused); by name alone, the
     verdict asks for the checkpoint."""
-    package_dir = release("0.17.1")
     mixtral = checkpoint(
         tmp_path / "llava-mixtral",
         "LlavaNextForConditionalGeneration",
@@ -117,9 +142,9 @@ def test_status_judges_a_multimodal_checkpoint_and_the_language_model_it_names(r
         model_type="llava_next",
     )
     qwen2_vl = checkpoint(tmp_path / "qwen2-vl", "Qwen2VLForConditionalGeneration", {"model_type": "qwen2_vl_text"})
-    code, verdict = model_verdict(package_dir, mixtral)
+    code, verdict = model_verdict(release("0.17.1"), mixtral)
     assert code == 1 and "llava_next.py is unpatched" in verdict and "mixtral.py is unpatched" in verdict, verdict
-    assert cli(package_dir, "apply").returncode == 0
+    package_dir = applied("0.17.1").package_dir
     for ready in (mixtral, qwen2_vl):
         code, verdict = model_verdict(package_dir, ready)
         assert code == 0 and "an EAGLE-3 target on this install" in verdict, verdict

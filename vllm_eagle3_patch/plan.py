@@ -400,6 +400,13 @@ def _original_note(installed: Comparison, originals: Originals, subject: str) ->
 
 
 _PRECEDENCE = (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED, State.NATIVE)
+"""The files' states, least finished first: a set of files is as far along as the first of these it holds."""
+
+
+def least_finished(states: Iterable[State]) -> Optional[State]:
+    """The least finished of ``states`` (native counts as done), None where there are none."""
+    held = set(states)
+    return next((state for state in _PRECEDENCE if state in held), None)
 
 
 def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:

@@ -22,7 +22,7 @@ from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import GETTERS, REGISTRY, Lookup, Release
 from ..patches.pipeline_relay import carries_aux_across_ranks
-from ..plan import Plan
+from ..plan import Plan, least_finished
 from .drafter_config import (
     Convention,
     DrafterIds,
@@ -362,14 +362,8 @@ def native_layers(context: Context, model: TargetModel, n: int) -> tuple[Optiona
 
 
 def _model_state(model: TargetModel) -> State:
-    """Native where every file on the model's path is; else the least finished of them."""
-    states = {f.state for f in model.files if f.family is not None}
-    if states == {State.NATIVE}:
-        return State.NATIVE
-    for state in (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED):
-        if state in states:
-            return state
-    return State.UNSUPPORTED
+    """The least finished of the model files on the model's path (native where all are; none: unsupported)."""
+    return least_finished(f.state for f in model.files if f.family is not None) or State.UNSUPPORTED
 
 
 def expected_layers(context: Context) -> Optional[tuple[int, ...]]:

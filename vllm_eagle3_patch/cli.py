@@ -346,9 +346,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), states_only=True)
     diagnosis = doctor.diagnose(plan, args.drafter, args.target, plan.install.command())
     if args.json:
-        doctor.print_json(diagnosis, sys.stdout)
+        output.emit_json(json_objects.diagnosis_object(diagnosis))
     elif not args.quiet:
-        doctor.print_diagnosis(diagnosis, sys.stdout)
+        text.print_diagnosis(diagnosis)
     return 0 if diagnosis.consistent else 1
 
 

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from ..changes import Outcome
 from ..codemod.target import Options
 from ..drafters.architectures import ArchitectureVerdict
+from ..drafters.doctor import Diagnosis
 from ..drafters.target_model import TargetModel
 from ..install.journal import Interruption
 from ..install.locate import VllmInstall
@@ -109,3 +110,21 @@ def outcome_object(outcome: Outcome, install: VllmInstall) -> dict[str, Any]:
     ids = {} if outcome.options is None else ids_data(outcome.options)
     data = {"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)}
     return {**data, "originals": outcome.originals, **ids}
+
+
+def diagnosis_object(diagnosis: Diagnosis) -> dict[str, Any]:
+    """``doctor --json``: the findings, and the ids vLLM will capture against those the drafter expects."""
+    install = diagnosis.plan.install
+    return {
+        "vllm_dir": str(install.package_dir),
+        "vllm_version": install.version,
+        "state": diagnosis.plan.state.value,
+        "drafter": str(diagnosis.drafter.path),
+        "target": str(diagnosis.target.path) if diagnosis.target else None,
+        "consistent": diagnosis.consistent,
+        "captured": list(diagnosis.captured) if diagnosis.captured is not None else None,
+        "expected": list(diagnosis.expected) if diagnosis.expected is not None else None,
+        "findings": [
+            {"check": f.check, "verdict": f.verdict.value, "detail": f.detail, "fix": f.fix} for f in diagnosis.findings
+        ],
+    }

@@ -13,6 +13,7 @@ from typing import Iterator, Optional, TextIO
 from ..changes import Outcome
 from ..codemod.target import Options, State
 from ..drafters.architectures import VERDICTS, ArchitectureVerdict
+from ..drafters.doctor import Assessment, Diagnosis
 from ..drafters.target_model import TargetModel
 from ..install.record import RecordCheck
 from ..plan import Plan
@@ -201,3 +202,15 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
     console.print(table)
     colour = "green" if verdict.startswith("PASS") else "red"
     console.print(f"verdict: [{colour}]{escape(verdict)}[/]")
+
+
+def print_diagnosis(diagnosis: Diagnosis, stream: Optional[TextIO] = None) -> None:
+    """``doctor``: one line per check (with its fix where it is not ok), then the verdict (``stream`` None: stdout)."""
+    for finding in diagnosis.findings:
+        fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
+        print(f"{finding.verdict.value:<8} {finding.check}: {finding.detail}{fix}", file=stream)
+    failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
+    print(
+        "verdict: consistent" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)",
+        file=stream,
+    )

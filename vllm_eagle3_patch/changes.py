@@ -25,6 +25,7 @@ from .install.lock import locked
 from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
+from .plan_words import refusal
 from .registry import every_target
 
 
@@ -121,7 +122,8 @@ def _refuse_unless_applicable(plan: Plan) -> None:
         raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
     if plan.files_state is State.MODIFIED:
         found = next(f for f in plan.files if f.state is State.MODIFIED)
-        raise ToolError(f"{plan.install.package_dir / found.path}: {found.refusal}. Nothing was changed")
+        why = refusal(found.fact, found.reason, plan.install)
+        raise ToolError(f"{plan.install.package_dir / found.path}: {why}. Nothing was changed")
 
 
 def _write_patches(plan: Plan) -> Outcome:

@@ -18,6 +18,7 @@ from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
+from .plan_words import FileFact, file_reason
 from .registry import FAMILIES, planned_targets
 from .target_kinds import Found
 from .verdict_cache import StateCache, default_directory
@@ -31,20 +32,29 @@ class FilePlan:
     """Relative to the ``vllm`` package directory."""
     target: str
     state: State
-    reason: str
+    fact: FileFact
+    """What the plan found the file to be: the kind of its reason (``plan_words.py`` says it)."""
     current: bytes
     original: Optional[bytes] = None
     desired: Optional[bytes] = None
     installed: Optional[Comparison] = None
     """How ``original`` compares with vLLM's RECORD (None: there is no original to keep)."""
-    refusal: Optional[str] = None
-    """Why ``apply`` must leave a MODIFIED file alone, and the way out."""
     optional: bool = False
     """An unsupported optional file (a model family's) is left alone and does not block the others."""
     family: Optional[str] = None
     """The model family the file serves (None: every family, as the gate does)."""
     stale: bool = False
     """The manifest names this file but it holds other bytes than apply wrote (vLLM reinstalled?)."""
+    verdict_reason: str = ""
+    """The codemod's reason, where its verdict stands (``FileFact.JUDGED``)."""
+    short: tuple[str, ...] = ()
+    """The model types a patched file (the gate) still refuses: the next ``apply`` completes it."""
+    vllm_version: str = ""
+    """The installed vLLM's version, which the reason names where the file differs from its RECORD."""
+
+    @property
+    def reason(self) -> str:
+        return file_reason(self.fact, self.verdict_reason, self.installed, self.vllm_version, self.short)
 
     @property
     def changes(self) -> bool:
@@ -211,11 +221,12 @@ def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: I
         path = target.locate(context.release)
         if path is None:
             if target.policy is Policy.REQUIRED:
-                files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
+                files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, FileFact.NOT_FOUND, b""))
             continue
         manifested = manifest.files.get(path) if manifest else None
         planned = _falling_short(target, _plan_file(context, target, path, manifested))
-        files.append(replace(planned, optional=target.policy is Policy.OPTIONAL, family=target.serves))
+        optional = target.policy is Policy.OPTIONAL
+        files.append(replace(planned, optional=optional, family=target.serves, vllm_version=context.version))
     return files
 
 
@@ -237,16 +248,6 @@ class Originals:
 
     def compare(self, path: str, digest: str, accepted_modified: bool = False) -> Comparison:
         return compare_original(self.install.record, path, digest, accepted_modified)
-
-    @property
-    def differs(self) -> str:
-        return f"differs from the installed vLLM {self.install.version} (RECORD)"
-
-    def reinstall(self) -> str:
-        return f"`{self.install.reinstall_command()}`"
-
-    def command(self, *words: str) -> str:
-        return f"`{self.install.command(*words)}`"
 
 
 @dataclass(frozen=True)
@@ -316,6 +317,10 @@ class FileContext:
     def states_only(self) -> bool:
         return self.state_cache is not None
 
+    @property
+    def version(self) -> str:
+        return self.originals.install.version
+
     def verdict(self, target: Target, path: str, data: bytes) -> Verdict:
         try:
             source = data.decode("utf-8")
@@ -338,43 +343,26 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         same = context.options == context.recorded and not replanned
         desired = current if same else _text(context.verdict(target, path, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
-        reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
-        return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
+        return FilePlan(path, target.name, State.PATCHED, FileFact.APPLIED, current, original, desired, installed)
     verdict = context.verdict(target, path, current)
     if verdict.state is State.PATCHED:
         if manifested is not None:
-            reason = "changed since vllm-eagle3-patch applied it"
-            return FilePlan(
-                path,
-                target.name,
-                State.MODIFIED,
-                reason,
-                current,
-                refusal=f"{reason}; run {originals.command('revert', '--force')} first",
-            )
-        unrecorded = "patched, but no manifest records it: revert cannot restore it"
-        if context.unreadable_state:
-            unrecorded = "applied by vllm-eagle3-patch (its manifest cannot be read here)"
+            return FilePlan(path, target.name, State.MODIFIED, FileFact.CHANGED_SINCE_APPLY, current)
+        unrecorded = FileFact.UNREADABLE_MANIFEST if context.unreadable_state else FileFact.UNRECORDED
         return FilePlan(path, target.name, State.PATCHED, unrecorded, current)
     installed = originals.compare(path, sha256(current))
     if installed.check is RecordCheck.MODIFIED:
         if manifested is not None and originals.compare(path, manifested.sha256_before).check is RecordCheck.MATCHES:
             # Edited after apply, marks and all: the backup is vLLM's original, these bytes never replace it.
-            reason = f"changed since vllm-eagle3-patch applied it (its marks are gone) and {originals.differs}"
-            refusal = f"{reason}; {originals.command('revert', '--force')} restores vLLM's original"
-            return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
+            return FilePlan(path, target.name, State.MODIFIED, FileFact.MARKS_GONE, current, installed=installed)
         if originals.accept_modified:
             installed = originals.compare(path, sha256(current), accepted_modified=True)
         elif verdict.state is State.UNPATCHED:
-            reason = f"modified since install: {originals.differs}"
-            refusal = (
-                f"{originals.differs}; reinstall vLLM ({originals.reinstall()}) or run "
-                f"{originals.command('apply', '--accept-modified')} to take the current bytes as the original"
-            )
-            return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
-    reason = verdict.reason + _original_note(installed, originals, "")
+            modified = FileFact.MODIFIED_SINCE_INSTALL
+            return FilePlan(path, target.name, State.MODIFIED, modified, current, installed=installed)
     stale = manifested is not None  # the manifest names the file, but these are not the bytes apply wrote
-    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed, stale=stale)
+    judged = FilePlan(path, target.name, verdict.state, FileFact.JUDGED, current, current, _text(verdict), installed)
+    return replace(judged, stale=stale, verdict_reason=verdict.reason)
 
 
 def _falling_short(target: Target, file: FilePlan) -> FilePlan:
@@ -385,18 +373,7 @@ def _falling_short(target: Target, file: FilePlan) -> FilePlan:
     short = target.falls_short(file.current.decode("utf-8", "replace"))
     if not short:
         return file
-    listed = ", ".join(repr(t) for t in short[:3]) + (f" and {len(short) - 3} more" if len(short) > 3 else "")
-    reason = f"{file.reason}, but for fewer model types than this install needs: it refuses {listed} until `apply`"
-    return replace(file, state=State.UNPATCHED, reason=reason)
-
-
-def _original_note(installed: Comparison, originals: Originals, subject: str) -> str:
-    """What a file's reason says about its original (``subject``: the file itself, or its backup)."""
-    if installed.check is RecordCheck.MODIFIED:
-        return f"; {subject}modified since install: {originals.differs}"
-    if installed.check is RecordCheck.ACCEPTED:
-        return f"; {subject}modified since install, accepted with --accept-modified ({originals.differs})"
-    return ""
+    return replace(file, state=State.UNPATCHED, short=tuple(short))
 
 
 _PRECEDENCE = (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED, State.NATIVE)

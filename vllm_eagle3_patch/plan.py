@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional
 
-from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
@@ -18,7 +17,7 @@ from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
-from .plan_words import FileFact, file_reason
+from .plan_words import Families, FileFact, Standing, file_reason, plan_reason
 from .registry import FAMILIES, planned_targets
 from .target_kinds import Found
 from .verdict_cache import StateCache, default_directory
@@ -84,7 +83,7 @@ class Plan:
     @property
     def files_state(self) -> State:
         """The state of the least-finished file: what ``apply`` judges."""
-        return overall_state(self.files)[0]
+        return overall_state(self.files).state
 
     @property
     def reason(self) -> str:
@@ -92,15 +91,10 @@ class Plan:
             self.interruption
         ):  # why files differ from the manifest, and what to do: no stale note; the rows say the rest
             return self.interruption.reason(self.install.command)
-        reason = overall_state(self.files)[1]
-        if self.unreadable_state:
-            reason += f" ({self.unreadable_state}: the states come from the files' own contents)"
-        if self.manifest and self.manifest.vllm_version != self.install.version:
-            reason += f" (the manifest is stale: written for vLLM {self.manifest.vllm_version})"
-        elif any(f.stale for f in self.files):
-            stale = [f.path for f in self.files if f.stale]
-            reason += f" (the manifest is stale: {len(stale)} file(s) hold other bytes than apply wrote; reinstalled?)"
-        return reason
+        manifest = self.manifest
+        stale_for = manifest.vllm_version if manifest and manifest.vllm_version != self.install.version else None
+        stale_files = sum(f.stale for f in self.files)
+        return plan_reason(overall_state(self.files), self.unreadable_state, stale_for, stale_files)
 
     @property
     def changes(self) -> tuple[FilePlan, ...]:
@@ -386,7 +380,7 @@ def least_finished(states: Iterable[State]) -> Optional[State]:
     return next((state for state in _PRECEDENCE if state in held), None)
 
 
-def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
+def overall_state(files: tuple[FilePlan, ...]) -> Standing:
     """The installation is as far along as its least-finished file.
 
     Native files count as done: a release that needs only part of the patch is
@@ -396,31 +390,23 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
     """
     left_alone = [f for f in files if f.optional and f.state is State.UNSUPPORTED]
     counted = [f for f in files if f not in left_alone] or list(files)
-    state, reason = _least_finished(counted)
-    if left_alone and state is not State.UNSUPPORTED:
-        registry = {family.name for family in FAMILIES}
-        left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
-        named = ", ".join(f.path for f in left_alone[:3])
-        more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
-        reason += f"; left alone (unsupported): {named}{more}"
-    return state, reason
+    registry = {family.name for family in FAMILIES}
+    left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
+    return replace(_least_finished(counted), left_alone=tuple(f.path for f in left_alone))
 
 
-def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
-    for state in _PRECEDENCE:
-        matching = [f for f in files if f.state is state]
-        if not matching:
-            continue
-        if state in (State.UNSUPPORTED, State.MODIFIED):
-            first = min(matching, key=telling_first)
-            return state, f"{first.path}: {first.reason}"
-        if state is State.NATIVE:
-            return state, f"this vLLM supports EAGLE-3 itself for {_families(matching)}"
-        done = "can be applied" if state is State.UNPATCHED else f"applied by vllm-eagle3-patch {__version__}"
-        reason = f"EAGLE-3 for {_families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))} {done}"
-        native = [f for f in files if f.state is State.NATIVE and f.family]
-        return state, reason + (f"; native for {_families(native)}" if native else "")
-    raise ToolError("no target files")
+def _least_finished(files: list[FilePlan]) -> Standing:
+    state = least_finished(f.state for f in files)
+    if state is None:
+        raise ToolError("no target files")
+    matching = [f for f in files if f.state is state]
+    if state in (State.UNSUPPORTED, State.MODIFIED):
+        first = min(matching, key=telling_first)
+        return Standing(state, blocking=(first.path, first.reason))
+    if state is State.NATIVE:
+        return Standing(state, native=_families(matching))
+    eagle3 = _families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))
+    return Standing(state, eagle3=eagle3, native=_families(f for f in files if f.state is State.NATIVE and f.family))
 
 
 def telling_first(file: FilePlan) -> tuple[bool, bool]:
@@ -429,12 +415,9 @@ def telling_first(file: FilePlan) -> tuple[bool, bool]:
     return file.optional, file.family is None
 
 
-def _families(files: Iterable[FilePlan]) -> str:
+def _families(files: Iterable[FilePlan]) -> Families:
     """The model families the files serve, in registry order (the gate and proposer serve them
-    all), then how many more architectures' files the rule found (``status --architectures`` names them)."""
+    all), and how many more architectures' files the rule found (``status --architectures`` names them)."""
     names = {f.family for f in files if f.family}
-    listed = [family.name for family in FAMILIES if family.name in names]
-    more = len(names) - len(listed)
-    if more:
-        listed.append(f"{more} more model file(s) found in the registry (status --architectures)")
-    return ", ".join(listed) or "the model families"
+    listed = tuple(family.name for family in FAMILIES if family.name in names)
+    return Families(listed, len(names) - len(listed))

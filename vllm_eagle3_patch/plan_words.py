@@ -8,8 +8,11 @@ refusals, ``verify``, ``doctor``, ``status --architectures``) still read its rea
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Optional
 
+from . import __version__
+from .codemod.target import State
 from .install.locate import VllmInstall
 from .install.record import Comparison, RecordCheck
 
@@ -83,3 +86,69 @@ def _original_note(installed: Optional[Comparison], version: str, subject: str) 
     if check is RecordCheck.ACCEPTED:
         return f"; {subject}modified since install, accepted with --accept-modified ({differs(version)})"
     return ""
+
+
+@dataclass(frozen=True)
+class Families:
+    """The model families some files serve: the registry's by name, in its order, and how many more the rule found."""
+
+    named: tuple[str, ...] = ()
+    found: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.named or self.found)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How far along the installation's files are (``plan.overall_state``), as facts."""
+
+    state: State
+    blocking: Optional[tuple[str, str]] = None
+    """Unsupported or modified: the file that holds the others back, and its reason."""
+    eagle3: Families = Families()
+    """Unpatched or patched: the families EAGLE-3 is (or can be) applied for."""
+    native: Families = Families()
+    """The families this vLLM serves with EAGLE-3 itself."""
+    left_alone: tuple[str, ...] = ()
+    """The optional files left alone as unsupported, the registry's families first."""
+
+
+def plan_reason(standing: Standing, unreadable: Optional[str], stale_for: Optional[str], stale_files: int) -> str:
+    """The installation's reason: its standing, then why the states may mislead (``unreadable``: why the manifest
+    cannot be read; ``stale_for``: the vLLM version the manifest was written for, where it is another; ``stale_files``:
+    how many files hold other bytes than ``apply`` wrote)."""
+    reason = standing_reason(standing)
+    if unreadable:
+        reason += f" ({unreadable}: the states come from the files' own contents)"
+    if stale_for is not None:
+        reason += f" (the manifest is stale: written for vLLM {stale_for})"
+    elif stale_files:
+        reason += f" (the manifest is stale: {stale_files} file(s) hold other bytes than apply wrote; reinstalled?)"
+    return reason
+
+
+def standing_reason(standing: Standing) -> str:
+    """What holds the installation back, or what EAGLE-3 is applied for; then the files left alone."""
+    state = standing.state
+    if standing.blocking is not None:
+        path, why = standing.blocking
+        reason = f"{path}: {why}"
+    elif state is State.NATIVE:
+        reason = f"this vLLM supports EAGLE-3 itself for {families_text(standing.native)}"
+    else:
+        done = "can be applied" if state is State.UNPATCHED else f"applied by vllm-eagle3-patch {__version__}"
+        reason = f"EAGLE-3 for {families_text(standing.eagle3)} {done}"
+        reason += f"; native for {families_text(standing.native)}" if standing.native else ""
+    left_alone = standing.left_alone
+    if left_alone and state is not State.UNSUPPORTED:
+        more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
+        reason += f"; left alone (unsupported): {', '.join(left_alone[:3])}{more}"
+    return reason
+
+
+def families_text(families: Families) -> str:
+    listed = list(families.named)
+    if families.found:
+        listed.append(f"{families.found} more model file(s) found in the registry (status --architectures)")
+    return ", ".join(listed) or "the model families"

@@ -14,6 +14,7 @@ from ..install.journal import Interruption
 from ..install.locate import VllmInstall
 from ..plan import Plan
 from ..verification.verify import Report
+from .messages import outcome_message
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -108,7 +109,7 @@ def verify_object(plan: Plan, report: Report) -> dict[str, Any]:
 def outcome_object(outcome: Outcome, install: VllmInstall) -> dict[str, Any]:
     """``apply --json`` and ``revert --json``: what the run did, and the ids ``apply`` wrote."""
     ids = {} if outcome.options is None else ids_data(outcome.options)
-    data = {"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)}
+    data = {"message": outcome_message(outcome), "files": list(outcome.files), "vllm_dir": str(install.package_dir)}
     return {**data, "originals": outcome.originals, **ids}
 
 

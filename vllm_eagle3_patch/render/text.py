@@ -20,6 +20,7 @@ from ..plan import Plan
 from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
+from .messages import outcome_message
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -89,7 +90,7 @@ def aux_layers_text(plan: Plan) -> str:
 
 def print_outcome(outcome: Outcome, stream: Optional[TextIO] = None) -> None:
     """What ``apply`` or ``revert`` did, and the ids ``apply`` wrote (``stream`` None: stdout)."""
-    print(outcome.message, file=stream)
+    print(outcome_message(outcome), file=stream)
     if outcome.options is not None:
         print(f"aux layer ids: {ids_text(outcome.options)}", file=stream)
 

@@ -286,7 +286,7 @@ class Terminal(io.StringIO):
 
 def test_engine_steps_are_shown_on_a_terminal_and_nowhere_else():
     """``verify --engine`` takes minutes on a CPU: on a terminal each step says what it is and how long it took."""
-    from vllm_eagle3_patch import render
+    from vllm_eagle3_patch.render import text as render
 
     assert render.step_reporter(io.StringIO()) is None  # piped or captured: nothing but the result
     terminal = Terminal()

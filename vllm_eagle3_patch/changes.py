@@ -9,6 +9,7 @@ finishes or undoes it.
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -25,20 +26,40 @@ from .install.lock import locked
 from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
+from .plan_words import refusal
 from .registry import every_target
+
+
+class Done(str, enum.Enum):
+    """What ``apply`` or ``revert`` did."""
+
+    PATCHED = "patched"
+    ALREADY_PATCHED = "already patched"
+    NATIVE = "native"
+    RESTORED = "restored"
+    NOTHING_TO_REVERT = "nothing to revert"
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a command did, for the user and for ``--json``."""
+    """What a command did, as facts: ``render/`` says them, and ``--json`` carries them."""
 
-    message: str
+    done: Done
+    vllm_version: str
     files: tuple[str, ...] = ()
     originals: dict[str, str] = field(default_factory=dict)
     """How the original of every file named in the manifest compares with RECORD
     (``RecordCheck`` values): what ``apply`` kept, or what ``revert`` put back."""
     options: Optional[Options] = None
     """``apply``: the layer ids the patched files hand the drafter, and where they came from."""
+    interrupted: Optional[str] = None
+    """The command (``apply`` or ``revert``) of an interrupted run this one finished, undid or cleared away."""
+    edited: tuple[str, ...] = ()
+    """``apply``: files it left alone that were modified since install."""
+    overwritten: tuple[str, ...] = ()
+    """``revert --force``: files changed since apply whose changes are gone."""
+    reinstalled: tuple[str, ...] = ()
+    """``revert``: files left as they are, holding the installed vLLM's bytes again."""
 
 
 def apply(
@@ -55,7 +76,7 @@ def apply(
     _refuse_unless_writable(install, options)
     plan = make_plan(install, options, accept_modified=accept_modified, only=only)
     _refuse_unless_applicable(plan)
-    finished = ""
+    finished = None
     if plan.changes or plan.interruption:
         state_dir = StateDir(install.package_dir)
         with locked(state_dir):
@@ -67,11 +88,12 @@ def apply(
                 return _write_patches(plan)
             if plan.interruption:  # every file already holds what the killed run meant to write
                 state_dir.clear_journal()
-                finished = _after(_journal(plan), "apply")
+                finished = _interrupted(plan)
     if plan.files_state is State.NATIVE:
-        return Outcome(f"vLLM {install.version} supports EAGLE-3 natively; nothing to do{finished}{_left_alone(plan)}")
-    message = f"vLLM {install.version} is already patched; nothing to do{finished}{_left_alone(plan)}"
-    return Outcome(message, options=plan.options)
+        return Outcome(Done.NATIVE, install.version, interrupted=finished, edited=_left_alone(plan))
+    return Outcome(
+        Done.ALREADY_PATCHED, install.version, options=plan.options, interrupted=finished, edited=_left_alone(plan)
+    )
 
 
 def _refuse_unless_writable(install: VllmInstall, options: Optional[Options]) -> None:
@@ -99,21 +121,16 @@ def _as_applied(state_dir: StateDir) -> bool:
     )
 
 
-def _after(journal: Optional[Journal], command: str) -> str:
-    """What ``command`` did to the run a kill interrupted (its journal): finished or undid it."""
-    if journal is None:
-        return ""
-    return f"; {'finished' if journal.command == command else 'undid'} the interrupted {journal.command}"
+def _interrupted(plan: Plan) -> Optional[str]:
+    """The command of the run a kill interrupted, which this one finishes or undoes (None: there is none)."""
+    return plan.interruption.journal.command if plan.interruption else None
 
 
-def _journal(plan: Plan) -> Optional[Journal]:
-    return plan.interruption.journal if plan.interruption else None
-
-
-def _left_alone(plan: Plan) -> str:
+def _left_alone(plan: Plan) -> tuple[str, ...]:
     """Files apply does not touch that were edited since install: the user should hear of them."""
-    edited = [f.path for f in plan.files if not f.changes and f.installed and f.installed.check is RecordCheck.MODIFIED]
-    return f"; left alone, modified since install: {', '.join(edited)}" if edited else ""
+    return tuple(
+        f.path for f in plan.files if not f.changes and f.installed and f.installed.check is RecordCheck.MODIFIED
+    )
 
 
 def _refuse_unless_applicable(plan: Plan) -> None:
@@ -121,7 +138,8 @@ def _refuse_unless_applicable(plan: Plan) -> None:
         raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
     if plan.files_state is State.MODIFIED:
         found = next(f for f in plan.files if f.state is State.MODIFIED)
-        raise ToolError(f"{plan.install.package_dir / found.path}: {found.refusal}. Nothing was changed")
+        why = refusal(found.fact, found.reason, plan.install)
+        raise ToolError(f"{plan.install.package_dir / found.path}: {why}. Nothing was changed")
 
 
 def _write_patches(plan: Plan) -> Outcome:
@@ -166,9 +184,8 @@ def _write_patches(plan: Plan) -> Outcome:
     state_dir.clear_journal()
     names = tuple(c.path for c in changes)
     kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
-    after = _after(_journal(plan), "apply")
-    message = f"patched {len(names)} file(s) of vLLM {plan.install.version}{after}{_left_alone(plan)}"
-    return Outcome(message, names, kept, plan.options)
+    version, interrupted = plan.install.version, _interrupted(plan)
+    return Outcome(Done.PATCHED, version, names, kept, plan.options, interrupted, _left_alone(plan))
 
 
 def _holds_what_apply_wrote(previous: Optional[Manifest], file: FilePlan) -> bool:
@@ -208,9 +225,6 @@ def _backup_holds(state_dir: StateDir, manifest: Optional[Manifest], path: str, 
     return known is not None and known.sha256_before == record.sha256_before and state_dir.backup_path(path).exists()
 
 
-NOTHING_TO_REVERT = "nothing to revert: no vllm-eagle3-patch manifest in this vLLM"
-
-
 def revert(install: VllmInstall, force: bool = False) -> Outcome:
     """Put back the original bytes of every file the manifest names, then remove the state.
 
@@ -219,14 +233,12 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
     without ``force``: RECORD's bytes are never replaced by an edited original."""
     state_dir = StateDir(install.package_dir)
     if not state_dir.path.exists():
-        return Outcome(NOTHING_TO_REVERT)
+        return Outcome(Done.NOTHING_TO_REVERT, install.version)
     with locked(state_dir):
         manifest, journal = state_dir.load(), state_dir.load_journal()  # again under the lock
         if manifest is None:  # what a killed run left before its manifest, or another revert finished first
             shutil.rmtree(state_dir.path, ignore_errors=True)
-            return Outcome(
-                NOTHING_TO_REVERT + (f"; removed what an interrupted {journal.command} left" if journal else "")
-            )
+            return Outcome(Done.NOTHING_TO_REVERT, install.version, interrupted=journal.command if journal else None)
         state_dir.sweep(manifest.files)
         restores, overwritten, reinstalled = [], [], []
         for path, record in manifest.files.items():
@@ -253,30 +265,19 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
         shutil.rmtree(state_dir.path)
     names = tuple(path for path, _, _ in restores)
     restored = {
-        path: _compare(install, path, r.sha256_before, r)
+        path: _compare(install, path, r.sha256_before, r).check.value
         for path, r in manifest.files.items()
         if path not in reinstalled
     }
-    message = f"restored {len(names)} original file(s) of vLLM {install.version}{_restored_note(install, restored)}"
-    if overwritten:
-        message += f"; the changes made since apply to {', '.join(overwritten)} are gone (--force)"
-    if reinstalled:
-        message += f"; left {', '.join(reinstalled)} as it is: it holds the installed vLLM's bytes (RECORD) again"
-    finished = _after(journal, "revert")
-    return Outcome(message + finished, names, {path: c.check.value for path, c in restored.items()})
-
-
-def _restored_note(install: VllmInstall, restored: dict[str, Comparison]) -> str:
-    """Whether what revert put back is what the installer wrote."""
-    differing = sorted(path for path, c in restored.items() if c.check in (RecordCheck.MODIFIED, RecordCheck.ACCEPTED))
-    if differing:
-        verb = "differs" if len(differing) == 1 else "differ"
-        return (
-            f"; {', '.join(differing)} {verb} from the installed vLLM {install.version} (RECORD): edited before apply"
-        )
-    if restored and all(c.check is RecordCheck.MATCHES for c in restored.values()):
-        return "; they match its RECORD"
-    return "; they cannot be checked against a RECORD"
+    return Outcome(
+        Done.RESTORED,
+        install.version,
+        names,
+        restored,
+        interrupted=journal.command if journal else None,
+        overwritten=tuple(overwritten),
+        reinstalled=tuple(reinstalled),
+    )
 
 
 def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_failure) -> None:

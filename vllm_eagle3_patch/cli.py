@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
-from . import PROG, __version__, changes, output, render
+from . import PROG, __version__, changes, output
 from .codemod.target import Options, State
 from .drafters import doctor, drafter_config
 from .drafters.architectures import architecture_verdicts
@@ -23,6 +23,7 @@ from .errors import ToolError
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
 from .registry import FAMILIES
+from .render import json_objects, text
 from .verification import verify
 
 STATIC_ONLY = 3
@@ -268,16 +269,13 @@ def run_status(args: argparse.Namespace) -> int:
     model = target_model(plan, args.model) if args.model else None
     architectures = architecture_verdicts(plan) if args.architectures else None
     if args.json:
-        extra = {"model": render.model_data(model)} if model else {}
-        if architectures is not None:
-            extra["architectures"] = [vars(verdict) for verdict in architectures]
-        output.emit_json({**render.status_data(plan), **extra})
+        output.emit_json(json_objects.status_object(plan, model, architectures))
     elif not args.quiet:
-        render.print_status(plan)
+        text.print_status(plan)
         if architectures is not None:
-            render.print_architectures(architectures)
+            text.print_architectures(architectures)
         if model is not None:
-            print(f"model: {model.verdict()}")
+            text.print_model(model)
     if not args.check:
         return 0
     if model is not None:
@@ -287,11 +285,11 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_diff(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), only=only(args))
-    diff = render.unified_diff(plan)
+    diff = text.unified_diff(plan)
     if args.json:
-        output.emit_json({**render.status_data(plan), "diff": diff})
+        output.emit_json(json_objects.diff_object(plan, diff))
     elif diff and not args.quiet:
-        render.print_diff(diff)
+        text.print_diff(diff)
     return 0
 
 
@@ -317,9 +315,9 @@ def run_apply(args: argparse.Namespace) -> int:
     if args.dry_run:
         plan = make_plan(install, options, accept_modified=args.accept_modified, only=only(args))
         if args.json:
-            output.emit_json({**render.status_data(plan), "would_change": [f.path for f in plan.changes]})
+            output.emit_json(json_objects.dry_run_object(plan))
         elif not args.quiet:
-            render.print_plan(plan)
+            text.print_plan(plan)
         return 0
     outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=only(args))
     return report(args, outcome, install)
@@ -333,12 +331,12 @@ def run_revert(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     install = find_install(args)
     plan = make_plan(install, states_only=True)
-    step = render.step_reporter(sys.stderr) if args.engine and not args.quiet else None
+    step = text.step_reporter(sys.stderr) if args.engine and not args.quiet else None
     report = verify.verify(plan, args.interpreter or install.python, engine=args.engine, eager=args.eager, step=step)
     if args.json:
-        output.emit_json({**render.status_data(plan), **render.verify_data(report)})
+        output.emit_json(json_objects.verify_object(plan, report))
     elif not args.quiet:
-        render.print_verify(report, static_enough=args.static)
+        text.print_verify(report, static_enough=args.static)
     if not report.ok:
         return 1
     return 0 if report.imported or args.static else STATIC_ONLY
@@ -348,9 +346,9 @@ def run_doctor(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), states_only=True)
     diagnosis = doctor.diagnose(plan, args.drafter, args.target, plan.install.command())
     if args.json:
-        doctor.print_json(diagnosis, sys.stdout)
+        output.emit_json(json_objects.diagnosis_object(diagnosis))
     elif not args.quiet:
-        doctor.print_diagnosis(diagnosis, sys.stdout)
+        text.print_diagnosis(diagnosis)
     return 0 if diagnosis.consistent else 1
 
 
@@ -364,11 +362,7 @@ class RecordGiven(argparse.Action):
 
 def report(args: argparse.Namespace, outcome: changes.Outcome, install: VllmInstall) -> int:
     if args.json:
-        ids = {} if outcome.options is None else render.ids_data(outcome.options)
-        data = {"message": outcome.message, "files": list(outcome.files), "vllm_dir": str(install.package_dir)}
-        output.emit_json({**data, "originals": outcome.originals, **ids})
+        output.emit_json(json_objects.outcome_object(outcome, install))
     elif not args.quiet:
-        print(outcome.message)
-        if outcome.options is not None:
-            print(f"aux layer ids: {render.ids_text(outcome.options)}")
+        text.print_outcome(outcome)
     return 0

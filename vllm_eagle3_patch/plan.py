@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional
 
-from . import __version__
 from .codemod.target import Options, Policy, State, Target, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
@@ -18,6 +17,7 @@ from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
+from .plan_words import Families, FileFact, Standing, file_reason, plan_reason
 from .registry import FAMILIES, planned_targets
 from .target_kinds import Found
 from .verdict_cache import StateCache, default_directory
@@ -31,20 +31,29 @@ class FilePlan:
     """Relative to the ``vllm`` package directory."""
     target: str
     state: State
-    reason: str
+    fact: FileFact
+    """What the plan found the file to be: the kind of its reason (``plan_words.py`` says it)."""
     current: bytes
     original: Optional[bytes] = None
     desired: Optional[bytes] = None
     installed: Optional[Comparison] = None
     """How ``original`` compares with vLLM's RECORD (None: there is no original to keep)."""
-    refusal: Optional[str] = None
-    """Why ``apply`` must leave a MODIFIED file alone, and the way out."""
     optional: bool = False
     """An unsupported optional file (a model family's) is left alone and does not block the others."""
     family: Optional[str] = None
     """The model family the file serves (None: every family, as the gate does)."""
     stale: bool = False
     """The manifest names this file but it holds other bytes than apply wrote (vLLM reinstalled?)."""
+    verdict_reason: str = ""
+    """The codemod's reason, where its verdict stands (``FileFact.JUDGED``)."""
+    short: tuple[str, ...] = ()
+    """The model types a patched file (the gate) still refuses: the next ``apply`` completes it."""
+    vllm_version: str = ""
+    """The installed vLLM's version, which the reason names where the file differs from its RECORD."""
+
+    @property
+    def reason(self) -> str:
+        return file_reason(self.fact, self.verdict_reason, self.installed, self.vllm_version, self.short)
 
     @property
     def changes(self) -> bool:
@@ -74,7 +83,7 @@ class Plan:
     @property
     def files_state(self) -> State:
         """The state of the least-finished file: what ``apply`` judges."""
-        return overall_state(self.files)[0]
+        return overall_state(self.files).state
 
     @property
     def reason(self) -> str:
@@ -82,15 +91,10 @@ class Plan:
             self.interruption
         ):  # why files differ from the manifest, and what to do: no stale note; the rows say the rest
             return self.interruption.reason(self.install.command)
-        reason = overall_state(self.files)[1]
-        if self.unreadable_state:
-            reason += f" ({self.unreadable_state}: the states come from the files' own contents)"
-        if self.manifest and self.manifest.vllm_version != self.install.version:
-            reason += f" (the manifest is stale: written for vLLM {self.manifest.vllm_version})"
-        elif any(f.stale for f in self.files):
-            stale = [f.path for f in self.files if f.stale]
-            reason += f" (the manifest is stale: {len(stale)} file(s) hold other bytes than apply wrote; reinstalled?)"
-        return reason
+        manifest = self.manifest
+        stale_for = manifest.vllm_version if manifest and manifest.vllm_version != self.install.version else None
+        stale_files = sum(f.stale for f in self.files)
+        return plan_reason(overall_state(self.files), self.unreadable_state, stale_for, stale_files)
 
     @property
     def changes(self) -> tuple[FilePlan, ...]:
@@ -211,11 +215,12 @@ def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: I
         path = target.locate(context.release)
         if path is None:
             if target.policy is Policy.REQUIRED:
-                files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, "file not found", b""))
+                files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, FileFact.NOT_FOUND, b""))
             continue
         manifested = manifest.files.get(path) if manifest else None
         planned = _falling_short(target, _plan_file(context, target, path, manifested))
-        files.append(replace(planned, optional=target.policy is Policy.OPTIONAL, family=target.serves))
+        optional = target.policy is Policy.OPTIONAL
+        files.append(replace(planned, optional=optional, family=target.serves, vllm_version=context.version))
     return files
 
 
@@ -237,16 +242,6 @@ class Originals:
 
     def compare(self, path: str, digest: str, accepted_modified: bool = False) -> Comparison:
         return compare_original(self.install.record, path, digest, accepted_modified)
-
-    @property
-    def differs(self) -> str:
-        return f"differs from the installed vLLM {self.install.version} (RECORD)"
-
-    def reinstall(self) -> str:
-        return f"`{self.install.reinstall_command()}`"
-
-    def command(self, *words: str) -> str:
-        return f"`{self.install.command(*words)}`"
 
 
 @dataclass(frozen=True)
@@ -316,6 +311,10 @@ class FileContext:
     def states_only(self) -> bool:
         return self.state_cache is not None
 
+    @property
+    def version(self) -> str:
+        return self.originals.install.version
+
     def verdict(self, target: Target, path: str, data: bytes) -> Verdict:
         try:
             source = data.decode("utf-8")
@@ -338,43 +337,26 @@ def _plan_file(context: FileContext, target: Target, path: str, manifested: Opti
         same = context.options == context.recorded and not replanned
         desired = current if same else _text(context.verdict(target, path, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
-        reason = "applied by vllm-eagle3-patch" + _original_note(installed, originals, "the original it keeps was ")
-        return FilePlan(path, target.name, State.PATCHED, reason, current, original, desired, installed)
+        return FilePlan(path, target.name, State.PATCHED, FileFact.APPLIED, current, original, desired, installed)
     verdict = context.verdict(target, path, current)
     if verdict.state is State.PATCHED:
         if manifested is not None:
-            reason = "changed since vllm-eagle3-patch applied it"
-            return FilePlan(
-                path,
-                target.name,
-                State.MODIFIED,
-                reason,
-                current,
-                refusal=f"{reason}; run {originals.command('revert', '--force')} first",
-            )
-        unrecorded = "patched, but no manifest records it: revert cannot restore it"
-        if context.unreadable_state:
-            unrecorded = "applied by vllm-eagle3-patch (its manifest cannot be read here)"
+            return FilePlan(path, target.name, State.MODIFIED, FileFact.CHANGED_SINCE_APPLY, current)
+        unrecorded = FileFact.UNREADABLE_MANIFEST if context.unreadable_state else FileFact.UNRECORDED
         return FilePlan(path, target.name, State.PATCHED, unrecorded, current)
     installed = originals.compare(path, sha256(current))
     if installed.check is RecordCheck.MODIFIED:
         if manifested is not None and originals.compare(path, manifested.sha256_before).check is RecordCheck.MATCHES:
             # Edited after apply, marks and all: the backup is vLLM's original, these bytes never replace it.
-            reason = f"changed since vllm-eagle3-patch applied it (its marks are gone) and {originals.differs}"
-            refusal = f"{reason}; {originals.command('revert', '--force')} restores vLLM's original"
-            return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
+            return FilePlan(path, target.name, State.MODIFIED, FileFact.MARKS_GONE, current, installed=installed)
         if originals.accept_modified:
             installed = originals.compare(path, sha256(current), accepted_modified=True)
         elif verdict.state is State.UNPATCHED:
-            reason = f"modified since install: {originals.differs}"
-            refusal = (
-                f"{originals.differs}; reinstall vLLM ({originals.reinstall()}) or run "
-                f"{originals.command('apply', '--accept-modified')} to take the current bytes as the original"
-            )
-            return FilePlan(path, target.name, State.MODIFIED, reason, current, installed=installed, refusal=refusal)
-    reason = verdict.reason + _original_note(installed, originals, "")
+            modified = FileFact.MODIFIED_SINCE_INSTALL
+            return FilePlan(path, target.name, State.MODIFIED, modified, current, installed=installed)
     stale = manifested is not None  # the manifest names the file, but these are not the bytes apply wrote
-    return FilePlan(path, target.name, verdict.state, reason, current, current, _text(verdict), installed, stale=stale)
+    judged = FilePlan(path, target.name, verdict.state, FileFact.JUDGED, current, current, _text(verdict), installed)
+    return replace(judged, stale=stale, verdict_reason=verdict.reason)
 
 
 def _falling_short(target: Target, file: FilePlan) -> FilePlan:
@@ -385,24 +367,20 @@ def _falling_short(target: Target, file: FilePlan) -> FilePlan:
     short = target.falls_short(file.current.decode("utf-8", "replace"))
     if not short:
         return file
-    listed = ", ".join(repr(t) for t in short[:3]) + (f" and {len(short) - 3} more" if len(short) > 3 else "")
-    reason = f"{file.reason}, but for fewer model types than this install needs: it refuses {listed} until `apply`"
-    return replace(file, state=State.UNPATCHED, reason=reason)
-
-
-def _original_note(installed: Comparison, originals: Originals, subject: str) -> str:
-    """What a file's reason says about its original (``subject``: the file itself, or its backup)."""
-    if installed.check is RecordCheck.MODIFIED:
-        return f"; {subject}modified since install: {originals.differs}"
-    if installed.check is RecordCheck.ACCEPTED:
-        return f"; {subject}modified since install, accepted with --accept-modified ({originals.differs})"
-    return ""
+    return replace(file, state=State.UNPATCHED, short=tuple(short))
 
 
 _PRECEDENCE = (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED, State.NATIVE)
+"""The files' states, least finished first: a set of files is as far along as the first of these it holds."""
 
 
-def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
+def least_finished(states: Iterable[State]) -> Optional[State]:
+    """The least finished of ``states`` (native counts as done), None where there are none."""
+    held = set(states)
+    return next((state for state in _PRECEDENCE if state in held), None)
+
+
+def overall_state(files: tuple[FilePlan, ...]) -> Standing:
     """The installation is as far along as its least-finished file.
 
     Native files count as done: a release that needs only part of the patch is
@@ -412,31 +390,23 @@ def overall_state(files: tuple[FilePlan, ...]) -> tuple[State, str]:
     """
     left_alone = [f for f in files if f.optional and f.state is State.UNSUPPORTED]
     counted = [f for f in files if f not in left_alone] or list(files)
-    state, reason = _least_finished(counted)
-    if left_alone and state is not State.UNSUPPORTED:
-        registry = {family.name for family in FAMILIES}
-        left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
-        named = ", ".join(f.path for f in left_alone[:3])
-        more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
-        reason += f"; left alone (unsupported): {named}{more}"
-    return state, reason
+    registry = {family.name for family in FAMILIES}
+    left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
+    return replace(_least_finished(counted), left_alone=tuple(f.path for f in left_alone))
 
 
-def _least_finished(files: list[FilePlan]) -> tuple[State, str]:
-    for state in _PRECEDENCE:
-        matching = [f for f in files if f.state is state]
-        if not matching:
-            continue
-        if state in (State.UNSUPPORTED, State.MODIFIED):
-            first = min(matching, key=telling_first)
-            return state, f"{first.path}: {first.reason}"
-        if state is State.NATIVE:
-            return state, f"this vLLM supports EAGLE-3 itself for {_families(matching)}"
-        done = "can be applied" if state is State.UNPATCHED else f"applied by vllm-eagle3-patch {__version__}"
-        reason = f"EAGLE-3 for {_families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))} {done}"
-        native = [f for f in files if f.state is State.NATIVE and f.family]
-        return state, reason + (f"; native for {_families(native)}" if native else "")
-    raise ToolError("no target files")
+def _least_finished(files: list[FilePlan]) -> Standing:
+    state = least_finished(f.state for f in files)
+    if state is None:
+        raise ToolError("no target files")
+    matching = [f for f in files if f.state is state]
+    if state in (State.UNSUPPORTED, State.MODIFIED):
+        first = min(matching, key=telling_first)
+        return Standing(state, blocking=(first.path, first.reason))
+    if state is State.NATIVE:
+        return Standing(state, native=_families(matching))
+    eagle3 = _families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))
+    return Standing(state, eagle3=eagle3, native=_families(f for f in files if f.state is State.NATIVE and f.family))
 
 
 def telling_first(file: FilePlan) -> tuple[bool, bool]:
@@ -445,12 +415,9 @@ def telling_first(file: FilePlan) -> tuple[bool, bool]:
     return file.optional, file.family is None
 
 
-def _families(files: Iterable[FilePlan]) -> str:
+def _families(files: Iterable[FilePlan]) -> Families:
     """The model families the files serve, in registry order (the gate and proposer serve them
-    all), then how many more architectures' files the rule found (``status --architectures`` names them)."""
+    all), and how many more architectures' files the rule found (``status --architectures`` names them)."""
     names = {f.family for f in files if f.family}
-    listed = [family.name for family in FAMILIES if family.name in names]
-    more = len(names) - len(listed)
-    if more:
-        listed.append(f"{more} more model file(s) found in the registry (status --architectures)")
-    return ", ".join(listed) or "the model families"
+    listed = tuple(family.name for family in FAMILIES if family.name in names)
+    return Families(listed, len(names) - len(listed))

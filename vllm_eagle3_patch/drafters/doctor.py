@@ -4,16 +4,16 @@ EAGLE-3 fails quietly when the target hands the drafter other layers than it was
 on: nothing crashes, acceptance drops.  The doctor reads the drafter's and the target's
 ``config.json`` (and safetensors headers, never weights) and the release's own files, and
 says, one line per check, what is consistent, what is not and the command that fixes it;
-where the evidence does not decide, it says so instead of guessing.
+where the evidence does not decide, it says so instead of guessing.  It returns its findings as data;
+``render/`` writes them.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, TextIO
+from typing import Any, Optional
 
 from ..codemod.target import State
 from ..eagle3 import layer_ids
@@ -22,7 +22,7 @@ from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import GETTERS, REGISTRY, Lookup, Release
 from ..patches.pipeline_relay import carries_aux_across_ranks
-from ..plan import Plan
+from ..plan import Plan, least_finished
 from .drafter_config import (
     Convention,
     DrafterIds,
@@ -377,14 +377,8 @@ def native_layers(context: Context, model: TargetModel, n: int) -> tuple[Optiona
 
 
 def _model_state(model: TargetModel) -> State:
-    """Native where every file on the model's path is; else the least finished of them."""
-    states = {f.state for f in model.files if f.family is not None}
-    if states == {State.NATIVE}:
-        return State.NATIVE
-    for state in (State.UNSUPPORTED, State.MODIFIED, State.UNPATCHED, State.PATCHED):
-        if state in states:
-            return state
-    return State.UNSUPPORTED
+    """The least finished of the model files on the model's path (native where all are; none: unsupported)."""
+    return least_finished(f.state for f in model.files if f.family is not None) or State.UNSUPPORTED
 
 
 def expected_layers(context: Context) -> Optional[tuple[int, ...]]:
@@ -448,38 +442,3 @@ def set_config_command(path: Path, key: str, value: Any) -> str:
         f"c[{key!r}] = {value!r}; p.write_text(json.dumps(c, indent=2))"
     )
     return f'python3 -c "{program}"'
-
-
-# --------------------------------------------------------------------------- output
-
-
-def diagnosis_data(diagnosis: Diagnosis) -> dict[str, Any]:
-    """The ``doctor --json`` object."""
-    install = diagnosis.plan.install
-    return {
-        "vllm_dir": str(install.package_dir),
-        "vllm_version": install.version,
-        "state": diagnosis.plan.state.value,
-        "drafter": str(diagnosis.drafter.path),
-        "target": str(diagnosis.target.path) if diagnosis.target else None,
-        "consistent": diagnosis.consistent,
-        "captured": list(diagnosis.captured) if diagnosis.captured is not None else None,
-        "expected": list(diagnosis.expected) if diagnosis.expected is not None else None,
-        "findings": [
-            {"check": f.check, "verdict": f.verdict.value, "detail": f.detail, "fix": f.fix} for f in diagnosis.findings
-        ],
-    }
-
-
-def print_diagnosis(diagnosis: Diagnosis, stream: TextIO) -> None:
-    for finding in diagnosis.findings:
-        fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
-        stream.write(f"{finding.verdict.value:<8} {finding.check}: {finding.detail}{fix}\n")
-    failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
-    stream.write(
-        "verdict: consistent\n" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)\n"
-    )
-
-
-def print_json(diagnosis: Diagnosis, stream: TextIO) -> None:
-    stream.write(json.dumps(diagnosis_data(diagnosis), indent=2) + "\n")

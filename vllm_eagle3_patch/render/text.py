@@ -1,4 +1,4 @@
-"""Turn plans and outcomes into text: unified diffs, status tables, JSON.
+"""Turn plans, outcomes and reports into text: unified diffs, status tables, verdicts.
 
 Colour only on a terminal and never with ``NO_COLOR``; piped output is plain text.
 """
@@ -8,16 +8,19 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from typing import Any, Iterator, Optional, TextIO
+from typing import Iterator, Optional, TextIO
 
-from .codemod.target import Options, State
-from .drafters.architectures import VERDICTS, ArchitectureVerdict
-from .drafters.target_model import TargetModel
-from .install.journal import Interruption
-from .install.record import RecordCheck
-from .plan import Plan
-from .verification.engine_check import Step
-from .verification.verify import Report
+from ..changes import Outcome
+from ..codemod.target import Options, State
+from ..drafters.architectures import VERDICTS, ArchitectureVerdict
+from ..drafters.doctor import Assessment, Diagnosis
+from ..drafters.target_model import TargetModel
+from ..install.record import RecordCheck
+from ..plan import Plan
+from ..verification.engine_check import Step
+from ..verification.verify import Report
+from .json_objects import status_data
+from .messages import outcome_message
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -43,54 +46,6 @@ def unified_diff(plan: Plan) -> str:
         chunks.append(f"diff --git a/{path} b/{path}\n")
         chunks.extend(line if line.endswith("\n") else line + "\n" + NO_NEWLINE for line in lines)
     return "".join(chunks)
-
-
-def status_data(plan: Plan) -> dict[str, Any]:
-    """The ``status --json`` object (schema in ``docs/json.md``)."""
-    record = plan.install.record
-    return {
-        "vllm_dir": str(plan.install.package_dir),
-        "vllm_version": plan.install.version,
-        "distribution": plan.install.distribution,
-        "record": str(record.path) if record is not None else None,
-        "state": plan.state.value,
-        "reason": plan.reason,
-        "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
-        **({"unreadable_state": plan.unreadable_state} if plan.unreadable_state else {}),
-        **({"interrupted": interruption_data(plan.interruption)} if plan.interruption else {}),
-        "targets": [
-            {
-                "file": f.path,
-                "state": f.state.value,
-                "reason": f.reason,
-                "original": f.installed.check.value if f.installed is not None else None,
-            }
-            for f in plan.files
-        ],
-    }
-
-
-def interruption_data(interruption: Interruption) -> dict[str, Any]:
-    """``status --json``'s ``interrupted``: the unfinished run, for a script to act on."""
-    return {
-        "command": interruption.journal.command,
-        "written": interruption.written,
-        "files": len(interruption.journal.files),
-        "running": interruption.running,
-        "temporaries": [str(path) for path in interruption.temporaries],
-    }
-
-
-def model_data(model: TargetModel) -> dict[str, Any]:
-    """``status --model --json``: the model's verdict on this install."""
-    return {
-        "architecture": model.architecture,
-        "module": model.module,
-        "family": model.family.name if model.family else None,
-        "eagle3_target": model.ready,
-        "verdict": model.verdict(),
-        "files": {f.path: f.state.value for f in model.files},
-    }
 
 
 def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sys.stdout) -> None:
@@ -130,11 +85,6 @@ def ids_text(options: Options) -> str:
     return f"{ids} ({options.source})"
 
 
-def ids_data(options: Options) -> dict[str, Any]:
-    ids = list(options.aux_layers) if options.aux_layers is not None else None
-    return {"aux_layers": ids, "aux_layers_source": options.source}
-
-
 def aux_layers_text(plan: Plan) -> str:
     """The ids the patched target hands over; a drafter's own win only where the release reads them."""
     aux = plan.options.aux_layers
@@ -142,6 +92,18 @@ def aux_layers_text(plan: Plan) -> str:
     if plan.release.reads_drafter_ids:
         return text + ", unless the drafter's config has top-level ids"
     return text + " (this vLLM ignores a drafter's ids)"
+
+
+def print_outcome(outcome: Outcome, stream: Optional[TextIO] = None) -> None:
+    """What ``apply`` or ``revert`` did, and the ids ``apply`` wrote (``stream`` None: stdout)."""
+    print(outcome_message(outcome), file=stream)
+    if outcome.options is not None:
+        print(f"aux layer ids: {ids_text(outcome.options)}", file=stream)
+
+
+def print_model(model: TargetModel, stream: Optional[TextIO] = None) -> None:
+    """``status --model``: the model's verdict on this install (``stream`` None: stdout)."""
+    print(f"model: {model.verdict()}", file=stream)
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -218,17 +180,6 @@ def step_reporter(stream: TextIO) -> Optional[Step]:
     return step
 
 
-def verify_data(report: Report) -> dict[str, Any]:
-    """The ``verify --json`` fields (added to the status object)."""
-    return {
-        "verified": report.ok,
-        "imported": report.imported,
-        "import_error": report.import_error,
-        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
-        **({"engine": report.engine} if report.engine is not None else {}),
-    }
-
-
 def verify_verdict(report: Report, static_enough: bool = False) -> str:
     why = f"torch/vLLM cannot be imported there ({report.import_error})"
     if not report.ok:
@@ -258,3 +209,15 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
     console.print(table)
     colour = "green" if verdict.startswith("PASS") else "red"
     console.print(f"verdict: [{colour}]{escape(verdict)}[/]")
+
+
+def print_diagnosis(diagnosis: Diagnosis, stream: Optional[TextIO] = None) -> None:
+    """``doctor``: one line per check (with its fix where it is not ok), then the verdict (``stream`` None: stdout)."""
+    for finding in diagnosis.findings:
+        fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
+        print(f"{finding.verdict.value:<8} {finding.check}: {finding.detail}{fix}", file=stream)
+    failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
+    print(
+        "verdict: consistent" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)",
+        file=stream,
+    )

@@ -173,11 +173,20 @@ def test_a_renamed_class_is_refused(release):
     assert completed.returncode == 1 and "class DeepseekV2ForCausalLM" in completed.stderr
 
 
-def test_a_failing_write_changes_nothing(release):
-    """A real write error (file-size limit) part-way through apply: exit 1, one line, no trace left."""
+@pytest.mark.parametrize(
+    ("room", "said"),
+    [(100, "every file was rolled back"), (-1, "nothing was changed")],
+    ids=["a-patched-file-does-not-fit", "a-backup-does-not-fit"],
+)
+def test_a_failing_write_changes_nothing(release, room, said):
+    """A real write error (file-size limit) part-way through apply: exit 1, one line naming the file, no trace left.
+    The limit is the largest file apply changes plus ``room``: its backup fits and its patched text does not, or
+    (``-1``) its backup does not fit either."""
     package_dir = release("0.11.0")
     untouched = tree_digest(package_dir.parent)
-    limit = (package_dir / DEEPSEEK).stat().st_size + 100  # backups fit, the grown patched file does not
+    targets = json.loads(cli(package_dir, "status", "--json").stdout)["targets"]
+    largest = max((package_dir / t["file"]).stat().st_size for t in targets if t["state"] == "unpatched")
+    limit = largest + room
 
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
@@ -189,7 +198,7 @@ def test_a_failing_write_changes_nothing(release):
         preexec_fn=small_files,
     )
     assert completed.returncode == 1
-    assert completed.stderr.count("\n") == 1 and "rolled back" in completed.stderr
+    assert completed.stderr.count("\n") == 1 and said in completed.stderr and ".py: cannot write" in completed.stderr
     assert tree_digest(package_dir.parent) == untouched
 
 

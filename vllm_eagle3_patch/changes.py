@@ -161,18 +161,10 @@ def _write_patches(plan: Plan) -> Outcome:
             records[file.path] = previous.files[file.path]  # type: ignore[union-attr]
     for path, original in backups:  # all checked before any is written: refusing changes nothing
         _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
-    for path, original in backups:
-        state_dir.save_backup(path, original)
-    for change in plan.changes:  # with the backups, before the manifest: the installer's bytecode
-        state_dir.save_bytecode(change.path)
-    state_dir.save(
-        Manifest(
-            tool_version=__version__,
-            vllm_version=plan.install.version,
-            aux_layers=plan.options.aux_layers,
-            files=records,
-        )
+    manifest = Manifest(
+        tool_version=__version__, vllm_version=plan.install.version, aux_layers=plan.options.aux_layers, files=records
     )
+    _save_state(state_dir, previous, backups, [c.path for c in plan.changes], manifest)
     changes = plan.changes
     _replace_all(
         plan.install.package_dir,
@@ -278,6 +270,36 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
         overwritten=tuple(overwritten),
         reinstalled=tuple(reinstalled),
     )
+
+
+def _save_state(
+    state_dir: StateDir,
+    previous: Optional[Manifest],
+    backups: list[tuple[str, bytes]],
+    changing: list[str],
+    manifest: Manifest,
+) -> None:
+    """The backups, the installer's bytecode (before the manifest), then the manifest; where one cannot be written
+    (a full disk, a file-size limit), the backups this run added are removed and the state is as it was: no vLLM
+    file has been touched yet."""
+    added: list[Path] = []
+    writing = state_dir.path
+    try:
+        for path, original in backups:
+            writing = state_dir.backup_path(path)
+            if not writing.exists():
+                added.append(writing)
+            state_dir.save_backup(path, original)
+        for path in changing:
+            writing = state_dir.bytecode_dir(path)
+            state_dir.save_bytecode(path)
+        writing = state_dir.manifest_path
+        state_dir.save(manifest)
+    except OSError as error:
+        for backup in added:
+            backup.unlink(missing_ok=True)
+        _restore_manifest(state_dir, previous)
+        raise ToolError(f"{writing}: cannot write ({error.strerror or error}); nothing was changed") from None
 
 
 def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_failure) -> None:

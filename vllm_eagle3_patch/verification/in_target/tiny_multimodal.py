@@ -2,14 +2,15 @@
 ``tiny_models.TARGETS`` inside transformers' own wrapper class, beside a tiny random vision tower, with
 a processor built locally (tokenizer and image processor; nothing downloaded).
 
-vLLM serves each through its registered multimodal wrapper (``llava_next.py``, ``llava_onevision.py``),
-which builds the language model with ``init_vllm_registered_model``: the wrapper is the class the
-runner holds and asks for EAGLE-3.  Transformers' wrapper is the numeric reference, with the image:
-its greedy tokens, and its language model's ``output_hidden_states`` at every position (image
-placeholders included, where the merged embeddings enter the decoder).
+vLLM serves each through its registered multimodal wrapper (``llava_next.py``, ``llava_onevision.py``,
+``blip2.py``, ``paligemma.py``), which builds the language model with ``init_vllm_registered_model``:
+the wrapper is the class the runner holds and asks for EAGLE-3.  Transformers' wrapper is the numeric
+reference, with the image: its greedy tokens, and its language model's ``output_hidden_states`` at every
+position (image placeholders included, where the merged embeddings enter the decoder).
 
 One prompt is text only, the other starts with an image (a small synthetic picture both sides build
-from the same seed).  vLLM is given the image placeholder once and expands it as its processor does;
+from the same seed).  vLLM is given the image placeholder once and expands it as its processor does
+(or, for BLIP-2 and PaliGemma, inserts every placeholder itself);
 the reference holds the ids transformers' processor expanded, which the engine must reproduce.
 """
 
@@ -27,6 +28,7 @@ IMAGE_SIZE = 28
 PATCH_SIZE = 14
 IMAGE_TOKEN = tiny_models.VOCAB - 1
 VIDEO_TOKEN = tiny_models.VOCAB - 2
+NEWLINE_TOKEN = tiny_models.VOCAB - 3
 SPECIAL_WORDS = {IMAGE_TOKEN: "<image>", VIDEO_TOKEN: "<video>"}
 IMAGE_SEEDS = range(3, 24)
 """The synthetic pictures tried for the image prompt (``synthetic_image``), the first that suits taken."""
@@ -61,6 +63,8 @@ class TinyWrapper:
     """What serves a prompt without an image in transformers (BLIP-2's wrapper always wants pixels)."""
     language_model_config: dict[str, Any] = field(default_factory=dict)
     """What the language model's tiny config differs in here (``tiny_models.target_config``)."""
+    special_words: dict[int, str] = field(default_factory=dict)
+    """Special words the tokenizer needs beside ``SPECIAL_WORDS``, by id (PaliGemma's newline)."""
 
 
 def _llava_next_config() -> dict[str, Any]:
@@ -141,6 +145,24 @@ def _blip2_processor(tokenizer: Any) -> Any:
     )
 
 
+def _paligemma_config() -> dict[str, Any]:
+    return {
+        "vision_config": {"model_type": "siglip_vision_model", **VISION_TOWER, "vision_use_head": False},
+        "image_token_index": IMAGE_TOKEN,
+        "projection_dim": tiny_models.HIDDEN,
+        "hidden_size": tiny_models.HIDDEN,
+        "vocab_size": tiny_models.VOCAB,
+    }
+
+
+def _paligemma_processor(tokenizer: Any) -> Any:
+    import transformers
+
+    image_processor = transformers.SiglipImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    image_processor.image_seq_length = (IMAGE_SIZE // PATCH_SIZE) ** 2  # what PaliGemma's processor reads
+    return transformers.PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+
 BLIP2_QUERIES = 4
 WRAPPERS: dict[str, TinyWrapper] = {
     # Mixtral: a mixture of experts, and a language model this tool patches
@@ -167,7 +189,7 @@ WRAPPERS: dict[str, TinyWrapper] = {
         # OPT initialises from init_std (0.02), not initializer_range: at 0.02 it repeats one token
         language_model_config={"init_std": 0.2},
     ),
-    # the same wrapper around a mixture of experts: the one vision-language wrapper 0.32.0's environment loads
+    # the same wrapper around a mixture of experts, which 0.32.0's environment loads (LLaVA's need torchvision)
     "blip2_mixtral": TinyWrapper(
         "Blip2ForConditionalGeneration",
         "Blip2Config",
@@ -176,6 +198,19 @@ WRAPPERS: dict[str, TinyWrapper] = {
         _blip2_processor,
         placeholder_given=False,
         text_only=lambda model: model.language_model,
+    ),
+    # Gemma: a language model this tool patches, which vLLM's wrapper builds from the checkpoint's text config;
+    # vLLM inserts the placeholders and the <bos> after them itself, and ends the prompt with a newline
+    "paligemma": TinyWrapper(
+        "PaliGemmaForConditionalGeneration",
+        "PaliGemmaConfig",
+        "gemma",
+        _paligemma_config,
+        _paligemma_processor,
+        placeholder_given=False,
+        # transformers 5 makes PaliGemma's Gemma attend both ways unless told; vLLM's attends causally
+        language_model_config={"use_bidirectional_attention": False},
+        special_words={NEWLINE_TOKEN: "\n"},
     ),
 }
 """The multimodal architectures a tiny target can be built for, by the name ``--family`` takes."""
@@ -189,14 +224,15 @@ def synthetic_image(size: int, seed: int) -> Any:
     return Image.frombytes("RGB", (size, size), pixels)
 
 
-def build_tokenizer(directory: Path) -> Any:
-    """``tiny_models``' word-level tokenizer, its last words the image and video placeholders (special
-    tokens, so that a processor's run of placeholders splits into one id each)."""
+def build_tokenizer(directory: Path, special_words: dict[int, str]) -> Any:
+    """``tiny_models``' word-level tokenizer, its last words the image and video placeholders and
+    ``special_words`` (special tokens, so that a processor's run of placeholders splits into one id each)."""
     from transformers import AutoTokenizer
 
-    tiny_models.build_tokenizer(directory, SPECIAL_WORDS)
+    words = {**SPECIAL_WORDS, **special_words}
+    tiny_models.build_tokenizer(directory, words)
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_WORDS.values())})
+    tokenizer.add_special_tokens({"additional_special_tokens": list(words.values())})
     tokenizer.save_pretrained(directory)
     return tokenizer
 
@@ -225,7 +261,7 @@ def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, A
     if hasattr(model, "query_tokens"):  # BLIP-2's start at zero: the placeholders' states would all be one
         torch.nn.init.normal_(model.query_tokens, std=1.0)
     model.save_pretrained(directory, safe_serialization=True)
-    processor = tiny.processor(build_tokenizer(directory))
+    processor = tiny.processor(build_tokenizer(directory, tiny.special_words))
     processor.save_pretrained(directory)
     return model, processor
 
@@ -254,7 +290,7 @@ def prompts(
     words = " ".join(f"w{i}" for i in image_prompt)
     text = f"{SPECIAL_WORDS[IMAGE_TOKEN]} {words}" if tiny.placeholder_given else words
     image_inputs = processor(text=text, images=[synthetic_image(**image)], return_tensors="pt")
-    for text_only in ("attention_mask", "token_type_ids"):  # one unpadded prompt; no training mask
+    for text_only in ("attention_mask", "token_type_ids", "labels"):  # one unpadded prompt; no training mask
         image_inputs.pop(text_only, None)
     served = [(tiny.text_only(model), {"input_ids": torch.tensor([text_prompt])}), (model, dict(image_inputs))]
     given = [list(text_prompt), [IMAGE_TOKEN, *image_prompt] if tiny.placeholder_given else list(image_prompt)]

@@ -160,6 +160,21 @@ TARGETS: dict[str, TinyTarget] = {
             "pad_token_id": 2,  # at 0.02 (Gemma 3's) the scaled embedding outweighs the layers: it repeats a token
         },
     ),
+    "aria_text": TinyTarget(  # Aria's mixture of experts (tiny_multimodal.py), a Llama-style loop with shared experts
+        "AriaTextForCausalLM",
+        "AriaTextConfig",
+        {
+            "intermediate_size": 32,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "moe_num_experts": 4,
+            "moe_topk": 2,
+            "moe_num_shared_experts": 1,
+            "tie_word_embeddings": False,
+            "pad_token_id": 2,
+        },
+    ),
     "qwen2": TinyTarget(  # native in vLLM: the language model of a multimodal wrapper (tiny_multimodal.py)
         "Qwen2ForCausalLM",
         "Qwen2Config",

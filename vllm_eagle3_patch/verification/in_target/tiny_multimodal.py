@@ -65,6 +65,8 @@ class TinyWrapper:
     """What the language model's tiny config differs in here (``tiny_models.target_config``)."""
     special_words: dict[int, str] = field(default_factory=dict)
     """Special words the tokenizer needs beside ``SPECIAL_WORDS``, by id (PaliGemma's newline)."""
+    named_placeholder: bool = False
+    """Whether the tokenizer must name the image placeholder (``tokenizer.image_token``: Aria's processor reads it)."""
 
 
 def _llava_next_config() -> dict[str, Any]:
@@ -163,6 +165,30 @@ def _paligemma_processor(tokenizer: Any) -> Any:
     return transformers.PaliGemmaProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
 
+ARIA_IMAGE_SIZE = 980
+"""The one crop size transformers' Aria processor takes by default (490 or 980) for every picture; vLLM calls it so."""
+ARIA_QUERIES = 4
+"""The projector's queries per picture: the placeholders it stands for."""
+
+
+def _aria_config() -> dict[str, Any]:
+    patches = (ARIA_IMAGE_SIZE // PATCH_SIZE) ** 2
+    return {
+        "vision_config": {**VISION_TOWER, "image_size": ARIA_IMAGE_SIZE},
+        "projector_patch_to_query_dict": {patches: ARIA_QUERIES},
+        "image_token_index": IMAGE_TOKEN,
+    }
+
+
+def _aria_processor(tokenizer: Any) -> Any:
+    import transformers
+
+    image_processor = transformers.AriaImageProcessor(max_image_size=ARIA_IMAGE_SIZE)
+    return transformers.AriaProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, size_conversion={ARIA_IMAGE_SIZE: ARIA_QUERIES}
+    )
+
+
 BLIP2_QUERIES = 4
 WRAPPERS: dict[str, TinyWrapper] = {
     # Mixtral: a mixture of experts, and a language model this tool patches
@@ -212,6 +238,16 @@ WRAPPERS: dict[str, TinyWrapper] = {
         language_model_config={"use_bidirectional_attention": False},
         special_words={NEWLINE_TOKEN: "\n"},
     ),
+    # Aria's mixture of experts (shared experts beside routed ones), a model class of the wrapper's own file that
+    # vLLM gives EAGLE-3 itself (a subclass of its Llama model), in a wrapper that does not hand it on
+    "aria": TinyWrapper(
+        "AriaForConditionalGeneration",
+        "AriaConfig",
+        "aria_text",
+        _aria_config,
+        _aria_processor,
+        named_placeholder=True,
+    ),
 }
 """The multimodal architectures a tiny target can be built for, by the name ``--family`` takes."""
 
@@ -224,14 +260,16 @@ def synthetic_image(size: int, seed: int) -> Any:
     return Image.frombytes("RGB", (size, size), pixels)
 
 
-def build_tokenizer(directory: Path, special_words: dict[int, str]) -> Any:
+def build_tokenizer(directory: Path, special_words: dict[int, str], named_placeholder: bool = False) -> Any:
     """``tiny_models``' word-level tokenizer, its last words the image and video placeholders and
-    ``special_words`` (special tokens, so that a processor's run of placeholders splits into one id each)."""
+    ``special_words`` (special tokens, so that a processor's run of placeholders splits into one id each);
+    ``named_placeholder``: the image placeholder also named as ``tokenizer.image_token``."""
     from transformers import AutoTokenizer
 
     words = {**SPECIAL_WORDS, **special_words}
     tiny_models.build_tokenizer(directory, words)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    named = {"extra_special_tokens": {"image_token": SPECIAL_WORDS[IMAGE_TOKEN]}} if named_placeholder else {}
+    tokenizer = AutoTokenizer.from_pretrained(directory, **named)
     tokenizer.add_special_tokens({"additional_special_tokens": list(words.values())})
     tokenizer.save_pretrained(directory)
     return tokenizer
@@ -261,7 +299,7 @@ def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, A
     if hasattr(model, "query_tokens"):  # BLIP-2's start at zero: the placeholders' states would all be one
         torch.nn.init.normal_(model.query_tokens, std=1.0)
     model.save_pretrained(directory, safe_serialization=True)
-    processor = tiny.processor(build_tokenizer(directory, tiny.special_words))
+    processor = tiny.processor(build_tokenizer(directory, tiny.special_words, tiny.named_placeholder))
     processor.save_pretrained(directory)
     return model, processor
 

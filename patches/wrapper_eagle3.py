@@ -36,7 +36,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
 from vllm_eagle3_patch.codemod.target import Options, Policy, SingleFileTarget, Unrecognised, Verdict
-from vllm_eagle3_patch.eagle3.release import GETTER, PACKAGE, PROTOCOL, Release
+from vllm_eagle3_patch.eagle3.release import GETTER, GETTERS, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
 from vllm_eagle3_patch.patches.eagle3_methods import checked_delegating_methods, delegating_methods, eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY
@@ -119,6 +119,7 @@ class WrapperTarget(SingleFileTarget):
             preconditions=lambda: require_patchable(self.family, release, options),  # the methods rely on it
             reads=lambda function: function.cls == self.wrapper.cls and function.name == "__init__",
             classes=lambda name: name == self.wrapper.cls,
+            sees=lambda function: function.cls == self.wrapper.cls and function.name in ("__init__", *GETTERS),
         )
 
 
@@ -182,8 +183,9 @@ class FoundWrappersTarget(SingleFileTarget):
             codemod,
             native=lambda module: _all_declare_eagle3(module, classes),
             preconditions=preconditions,
-            reads=lambda function: function.cls in classes and function.name == "__init__",
+            reads=lambda function: False,  # the methods are handed on by what discovery found, not by __init__
             classes=lambda name: name in classes,  # a multimodal file's towers and processors, set aside
+            sees=lambda function: function.cls in classes and function.name in GETTERS,  # the native check's
         )
 
 

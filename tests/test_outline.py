@@ -91,6 +91,16 @@ def test_keep_sees_class_name_and_source_and_keeps_what_it_accepts():
     assert texts[0] == 'def helper(x):\n    """Doc."""\n    return x + 1\n'
 
 
+def test_functions_a_codemod_does_not_see_are_set_aside_whole_and_come_back_byte_for_byte():
+    parsed = outline(SAMPLE, NOTHING_KEPT, sees=lambda function: function.name == "forward")
+    code = cst.parse_module(parsed.text).code
+    assert parsed.restore(code) == SAMPLE
+    assert "def helper" not in parsed.text and "@functools.cache" not in parsed.text
+    assert "def __init__" not in parsed.text
+    assert "def forward(self, x):" in parsed.text and "return x; x += 1" not in parsed.text  # seen, its body not read
+    assert "class Model:" in parsed.text and "attribute = 1" in parsed.text and "class Inner:" in parsed.text
+
+
 @pytest.mark.parametrize(
     "source",
     ["def f(:\n    return 1\n", "def f():\r    return 1\r", "type Alias = int\ndef f():\n    return 1\n"],

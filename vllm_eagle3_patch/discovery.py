@@ -137,8 +137,8 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     decoder of its own file as a causal LM does (Molmo's ``self.model = MolmoModel(...)``)."""
     chains = ChainReader(release.read)
     registries = (release.text_generation_models, release.multimodal_models)
-    chains.read_ahead(
-        (registry_module(module) for models in registries for module, _ in models.values()), on_two_processes
+    chains.read_chains_ahead(
+        ((registry_module(module), cls) for models in registries for module, cls in models.values()), on_two_processes
     )
     finder = _FamilyFinder(chains, known)
     for architecture, (module, cls) in release.text_generation_models.items():
@@ -331,8 +331,8 @@ def _held_model(
         for attribute, callee in cls.holds:
             if held_in is not None and attribute != held_in:
                 continue
-            model = chains.resolve(cls.module, callee)
-            if model is not None and model.module == cls.module and _is_module(chains, model):
+            model = chains.defined_in(cls.module, callee)
+            if model is not None and _is_module(chains, model):
                 inner = _inner_decoder(chains, model)
                 return (cls, f"{attribute}.{inner[0]}", inner[1]) if inner else (cls, attribute, model)
     return None
@@ -344,8 +344,8 @@ def _inner_decoder(chains: ChainReader, model: ClassInfo) -> Optional[tuple[str,
     if model.loops or "forward" not in model.methods:
         return None
     for attribute, callee in model.holds:
-        inner = chains.resolve(model.module, callee)
-        if inner is not None and inner.module == model.module and inner.loops:
+        inner = chains.defined_in(model.module, callee)
+        if inner is not None and inner.loops:
             return attribute, inner
     return None
 

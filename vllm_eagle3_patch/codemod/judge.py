@@ -6,7 +6,7 @@ from typing import Callable, Optional, Protocol
 
 from ..eagle3.release import GETTERS
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
-from .outline import Keep, KeepClass, outline
+from .outline import Keep, KeepClass, Sees, outline
 from .target import State, Unrecognised, Verdict
 
 
@@ -33,6 +33,7 @@ def judge(
     preconditions: Callable[[], object] = lambda: None,
     reads: Keep = lambda function: True,
     classes: Optional[KeepClass] = None,
+    sees: Optional[Sees] = None,
 ) -> Verdict:
     """Run ``make_codemod``'s codemod on ``source`` and say what the file is.
 
@@ -41,11 +42,12 @@ def judge(
     raises :class:`Unrecognised` when the rest of the release rules the patch out.
     ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
     others are set aside unparsed (see :mod:`~vllm_eagle3_patch.outline`), and so are the module-level
-    classes ``classes`` rejects (None: every class is looked at).
+    classes ``classes`` rejects (None: every class is looked at) and the functions ``sees`` rejects,
+    signature and all (None: every function's is).
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
-    parsed = outline(source, reads, classes)
+    parsed = outline(source, reads, classes, sees)
     try:
         module = parse(parsed.text)
         why_native = native(module)

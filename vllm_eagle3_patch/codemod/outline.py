@@ -35,6 +35,8 @@ Keep = Callable[[Function], bool]
 """Whether a codemod reads (or changes) the body of this function."""
 KeepClass = Callable[[str], bool]
 """Whether a codemod looks at this module-level class at all (its name, bases or any method)."""
+Sees = Callable[[Function], bool]
+"""Whether a codemod looks at this function at all (its name, decorators or signature), body or not."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,11 @@ def python_tree(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None) -> Outline:
-    """``source`` with the body of every function that ``keep`` rejects set aside, and every module-level
-    class that ``keep_class`` rejects set aside whole (a model file holds dozens the codemod never reads).
+def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None, sees: Optional[Sees] = None) -> Outline:
+    """``source`` with the body of every function that ``keep`` rejects set aside, every function that ``sees``
+    rejects set aside whole (decorators and signature too: a wrapper's codemod only asks whether a class has a
+    getter), and every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
+    the codemod never reads).
 
     Sources the standard library cannot parse (newer syntax, errors, lone ``\\r`` line
     ends) are returned whole: LibCST then parses them whole, and says what is wrong.
@@ -84,7 +88,7 @@ def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None) -> 
     bodies: list[str] = []
     parts: list[str] = []
     done = 0  # lines[:done] are in parts
-    for first, last in _set_aside(tree, lines, keep, keep_class):
+    for first, last in _set_aside(tree, lines, keep, keep_class, sees):
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]
         newline = body[len(body.rstrip("\r\n")) :]
@@ -97,17 +101,21 @@ def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None) -> 
 
 
 def _set_aside(
-    tree: ast.Module, lines: list[str], keep: Keep, keep_class: Optional[KeepClass]
+    tree: ast.Module, lines: list[str], keep: Keep, keep_class: Optional[KeepClass], sees: Optional[Sees]
 ) -> Iterator[tuple[int, int]]:
     """``(first, last)`` lines of each piece to set aside, in source order: whole classes ``keep_class``
-    rejects (decorators included), and the bodies of the functions ``keep`` rejects."""
+    rejects and whole functions ``sees`` rejects (decorators included), and the bodies of the functions
+    ``keep`` rejects."""
     for cls, node in _functions(tree, keep_class):
+        last = node.end_lineno or node.lineno
         if isinstance(node, ast.ClassDef):
-            yield min((d.lineno for d in node.decorator_list), default=node.lineno), node.end_lineno or node.lineno
-        elif _body_on_own_lines(node, lines):
-            last = node.end_lineno or node.lineno
-            if not keep(Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))):
-                yield node.body[0].lineno, last
+            yield _first_line(node), last
+            continue
+        function = Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))
+        if sees is not None and _on_own_lines(node, lines) and not sees(function):
+            yield _first_line(node), last
+        elif _body_on_own_lines(node, lines) and not keep(function):
+            yield node.body[0].lineno, last
 
 
 def _functions(
@@ -125,6 +133,16 @@ def _functions(
             for child in node.body:
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     yield node.name, child
+
+
+def _first_line(node: Union[FunctionNode, ast.ClassDef]) -> int:
+    """The first line of a class or function, its decorators included."""
+    return min((d.lineno for d in node.decorator_list), default=node.lineno)
+
+
+def _on_own_lines(node: FunctionNode, lines: list[str]) -> bool:
+    """Whether the function, decorators included, starts a line of its own (not ``class A: def f(): ...``)."""
+    return all(lines[n.lineno - 1][: n.col_offset].strip() in ("", "@") for n in (*node.decorator_list, node))
 
 
 def _body_on_own_lines(node: FunctionNode, lines: list[str]) -> bool:

@@ -79,6 +79,8 @@ class ChainReader:
     def __init__(self, read: ReadFile) -> None:
         self._read = read
         self._parsed: dict[str, Optional[_Module]] = {}
+        self._unread: Optional[set[str]] = None
+        """While the chains' files are read ahead: the modules a chain asked for that are not parsed yet."""
 
     def registered(self, module: str, name: str) -> Optional[Chain]:
         """The chain of a registry entry (``("llama", "LlamaForCausalLM")``)."""
@@ -117,6 +119,12 @@ class ChainReader:
             return self._class(*imported)
         return None
 
+    def defined_in(self, module: str, name: str) -> Optional[ClassInfo]:
+        """``name`` as a class ``module``'s own file defines (what :meth:`resolve` finds there, without reading
+        the files the others are imported from)."""
+        parsed = self._module(module)
+        return parsed.classes.get(name) if parsed is not None and "." not in name else None
+
     def _class(self, module: str, name: str, hops: int = 8) -> Optional[ClassInfo]:
         """``module.name``, following re-exports (a package's ``__init__`` importing the class from
         the module that defines it; where it imports per platform, the last binding: the generic one)."""
@@ -139,8 +147,27 @@ class ChainReader:
         jobs = [lambda module=module, found=found: _parse(module, *found) for module, found in zip(wanted, sources)]
         self._parsed.update(zip(wanted, run_all(jobs, [len(source or "") for source, _ in sources])))
 
+    def read_chains_ahead(self, classes: Iterable[tuple[str, str]], run_all: RunAll) -> None:
+        """Parse the files of the chains of ``classes`` (``(module, name)`` pairs) now, round by round on
+        ``run_all``: the classes' own files, then those their re-exports and bases lead to, until no chain
+        asks for a file not parsed yet.  Nothing is parsed here that :meth:`chain` would not parse."""
+        classes = list(dict.fromkeys(classes))
+        modules = [module for module, _ in classes]
+        while modules:
+            self.read_ahead(modules, run_all)
+            self._unread = set()
+            try:
+                for module, name in classes:
+                    self.chain(module, name)
+                modules = sorted(self._unread)
+            finally:
+                self._unread = None
+
     def _module(self, module: str) -> Optional[_Module]:
         if module not in self._parsed:
+            if self._unread is not None:  # reading ahead: asked for next round
+                self._unread.add(module)
+                return None
             self._parsed[module] = _parse(module, *self._source(module))
         return self._parsed[module]
 
@@ -330,7 +357,7 @@ def _forward_returns_from(node: ast.ClassDef) -> Optional[str]:
         return None
     bound: dict[str, Optional[str]] = {}
     returned: set[Optional[str]] = set()
-    for statement in ast.walk(forward):
+    for statement in _statements(forward):  # statements only: no expression holds an assignment or a return
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
             if isinstance(statement.targets[0], ast.Name):
                 name = statement.targets[0].id

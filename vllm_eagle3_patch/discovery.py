@@ -21,7 +21,7 @@ from .codemod.two_processes import on_two_processes
 from .eagle3.class_chain import Chain, ChainReader, ClassInfo, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
-from .multimodal import find_wrapper
+from .multimodal import find_wrapper, held_language_model_refusal
 
 MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "CohereForCausalLM": ("cohere",),
@@ -156,6 +156,8 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
         elif wrapper.decoder_only is False or held_in is None:
             finder.unrecognised[architecture] = wrapper.reason
             finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
+        elif refusal := held_language_model_refusal(chains, chain, held_in, finder.families):
+            finder.unrecognised[architecture] = refusal  # a decoder of its own file, which the proposer cannot use
         elif not finder.found_by_rule(architecture, module, chain, held_in):
             finder.unrecognised[architecture] = wrapper.reason
     return finder.discovery()
@@ -190,11 +192,17 @@ class _FamilyFinder:
         return None if any(chain.includes(*place) for place in places) else chain
 
     def served_by_a_found_family(self, architecture: str, module: str, chain: Chain) -> bool:
-        """A multimodal class on a found family's causal LM chain (``GLM4VForCausalLM(ChatGLMBaseModel)``)."""
+        """A multimodal class on a found family's causal LM chain (``GLM4VForCausalLM(ChatGLMBaseModel)``), where
+        the proposer can take the embedding from its language model (else it is refused, with that reason)."""
         key = next((k for k in self.found if chain.includes(*k)), None)
-        if key is not None:
+        if key is None:
+            return False
+        refusal = held_language_model_refusal(self.chains, chain, self.found[key].decoder.split(".")[1], self.families)
+        if refusal is not None:
+            self.unrecognised[architecture] = refusal
+        else:
             self._add(architecture, key, self.found[key], model_types(architecture, module))
-        return key is not None
+        return True
 
     def found_by_rule(self, architecture: str, module: str, chain: Chain, attribute: Optional[str] = None) -> bool:
         """The family of a class that builds a decoder of its own file (in ``attribute``, where given)."""

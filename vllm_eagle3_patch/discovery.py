@@ -154,10 +154,10 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
         if isinstance(wrapper, FoundWrapper):
             finder.wrappers[architecture] = replace(wrapper, model_types=model_types(architecture, module))
         elif wrapper.decoder_only is False or held_in is None:
-            finder.unrecognised[architecture] = wrapper.reason
+            finder.unrecognised[architecture] = _own_decoder_refusal(chains, chain, finder.families) or wrapper.reason
             finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
-        elif refusal := held_language_model_refusal(chains, chain, held_in, finder.families):
-            finder.unrecognised[architecture] = refusal  # a decoder of its own file, which the proposer cannot use
+        elif refusal := _own_decoder_refusal(chains, chain, finder.families):
+            finder.unrecognised[architecture] = refusal
         elif not finder.found_by_rule(architecture, module, chain, held_in):
             finder.unrecognised[architecture] = wrapper.reason
     return finder.discovery()
@@ -344,6 +344,17 @@ def _held_model(
                 inner = _inner_decoder(chains, model)
                 return (cls, f"{attribute}.{inner[0]}", inner[1]) if inner else (cls, attribute, model)
     return None
+
+
+def _own_decoder_refusal(chains: ChainReader, chain: Chain, families: tuple[Family, ...]) -> Optional[str]:
+    """Why the proposer could not take the embedding from a decoder of its own file that the multimodal class's
+    ``forward`` runs as its language model (Molmo's ``self.model = MolmoModel(...)``), or None: no such decoder,
+    or one it can (``multimodal.held_language_model_refusal``)."""
+    runs = next((c for c in chain.classes if "forward" in c.methods), None)
+    attribute = runs.returns_from if runs is not None else None
+    if attribute is None or runs.reads_encoder_outputs or _held_model(chains, chain.classes, attribute) is None:
+        return None
+    return held_language_model_refusal(chains, chain, attribute, families)
 
 
 def _inner_decoder(chains: ChainReader, model: ClassInfo) -> Optional[tuple[str, ClassInfo]]:

@@ -99,10 +99,16 @@ def _judged(
 ) -> FoundWrapper | Refused:
     """The wrapper of a language model whose class has the chain ``model``, where the proposer can take the
     embedding from it."""
-    name = model.classes[0].name
+    found = _served(wrapper, model, families)
+    if isinstance(found, Refused):
+        return found
     unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families)
-    if unshared is not None:
-        return Refused(unshared)
+    return found if unshared is None else Refused(unshared)
+
+
+def _served(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> FoundWrapper | Refused:
+    """The wrapper of a language model whose class has the chain ``model``, as the runner judges it."""
+    name = model.classes[0].name
     if model.declares_eagle3:
         return FoundWrapper(wrapper, name)
     for family in families:

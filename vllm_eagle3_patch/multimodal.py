@@ -128,11 +128,16 @@ def held_language_model_refusal(
 ) -> Optional[str]:
     """:func:`unshared_embedding` of the class ``chain``'s ``__init__`` builds in ``self.<attribute>`` (a decoder of
     its own file, which the class runs as a causal LM runs its model); None where that class cannot be read."""
+    held = held_class(chains, chain, attribute)
+    return unshared_embedding(chains, held, attribute, families) if held is not None else None
+
+
+def held_class(chains: ChainReader, chain: Chain, attribute: str) -> Optional[Chain]:
+    """The chain of the class the first class of ``chain`` that builds ``self.<attribute>`` builds there."""
     holder = next((c for c in chain.classes if any(a == attribute for a, _ in c.holds)), None)
     callee = next((callee for a, callee in holder.holds if a == attribute), None) if holder else None
     model = chains.resolve(holder.module, callee) if holder and callee else None
-    held = chains.chain(model.module, model.name) if model is not None else None
-    return unshared_embedding(chains, held, attribute, families) if held is not None else None
+    return chains.chain(model.module, model.name) if model is not None else None
 
 
 def unshared_embedding(

@@ -120,13 +120,33 @@ class WteVL(nn.Module, SupportsMultiModal):
 """
 
 
-@pytest.fixture(scope="module")
-def discovery(tmp_path_factory):
-    models = Path(tmp_path_factory.mktemp("tree")) / "vllm" / "model_executor" / "models"
+PROPOSER = """
+def load_model(self, target_model):
+    language_model = target_model.get_language_model()
+"""
+
+
+def tree(root: Path, proposer: str) -> Path:
+    """A package with the registry, the two model files and the proposer's file."""
+    package = root / "vllm"
+    models = package / "model_executor" / "models"
     models.mkdir(parents=True)
     for name, text in (("registry", REGISTRY), ("toy_lm", LANGUAGE_MODELS), ("toy_vl", WRAPPERS)):
         (models / f"{name}.py").write_text(text)
-    return discover(Release(models.parents[1]), ())
+    (package / "v1" / "spec_decode").mkdir(parents=True)
+    (package / "v1" / "spec_decode" / "eagle.py").write_text(proposer)
+    return package
+
+
+@pytest.fixture(scope="module")
+def discovery(tmp_path_factory):
+    return discover(Release(tree(tmp_path_factory.mktemp("tree"), PROPOSER)), ())
+
+
+def test_a_proposer_sharing_the_target_models_own_embedding_judges_no_language_model(tmp_path):
+    """0.8.x's proposer reads ``target.model.embed_tokens`` of the class itself, never a language model's."""
+    older = discover(Release(tree(tmp_path, "target_model.model.embed_tokens\n")), ())
+    assert not any("get_language_model()" in reason for reason in older.unrecognised.values()), older.unrecognised
 
 
 @pytest.mark.parametrize(

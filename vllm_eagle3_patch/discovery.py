@@ -140,7 +140,7 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     chains.read_ahead(
         (registry_module(module) for models in registries for module, _ in models.values()), on_two_processes
     )
-    finder = _FamilyFinder(chains, known)
+    finder = _FamilyFinder(release, chains, known)
     for architecture, (module, cls) in release.text_generation_models.items():
         chain = finder.judged(architecture, module, cls)
         if chain is not None:
@@ -154,9 +154,10 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
         if isinstance(wrapper, FoundWrapper):
             finder.wrappers[architecture] = replace(wrapper, model_types=model_types(architecture, module))
         elif wrapper.decoder_only is False or held_in is None:
-            finder.unrecognised[architecture] = _own_decoder_refusal(chains, chain, finder.families) or wrapper.reason
+            refusal = _own_decoder_refusal(release, chains, chain, finder.families)
+            finder.unrecognised[architecture] = refusal or wrapper.reason
             finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
-        elif refusal := _own_decoder_refusal(chains, chain, finder.families):
+        elif refusal := _own_decoder_refusal(release, chains, chain, finder.families):
             finder.unrecognised[architecture] = refusal
         elif not finder.found_by_rule(architecture, module, chain, held_in):
             finder.unrecognised[architecture] = wrapper.reason
@@ -166,7 +167,8 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
 class _FamilyFinder:
     """What :func:`discover` has found so far."""
 
-    def __init__(self, chains: ChainReader, known: tuple[Family, ...]) -> None:
+    def __init__(self, release: Release, chains: ChainReader, known: tuple[Family, ...]) -> None:
+        self.release = release
         self.chains = chains
         self.known = known
         self.found: dict[tuple[str, str], Family] = {}
@@ -197,7 +199,8 @@ class _FamilyFinder:
         key = next((k for k in self.found if chain.includes(*k)), None)
         if key is None:
             return False
-        refusal = held_language_model_refusal(self.chains, chain, self.found[key].decoder.split(".")[1], self.families)
+        attribute = self.found[key].decoder.split(".")[1]
+        refusal = held_language_model_refusal(self.release, self.chains, chain, attribute, self.families)
         if refusal is not None:
             self.unrecognised[architecture] = refusal
         else:
@@ -346,7 +349,9 @@ def _held_model(
     return None
 
 
-def _own_decoder_refusal(chains: ChainReader, chain: Chain, families: tuple[Family, ...]) -> Optional[str]:
+def _own_decoder_refusal(
+    release: Release, chains: ChainReader, chain: Chain, families: tuple[Family, ...]
+) -> Optional[str]:
     """Why the proposer could not take the embedding from a decoder of its own file that the multimodal class's
     ``forward`` runs as its language model (Molmo's ``self.model = MolmoModel(...)``), or None: no such decoder,
     or one it can (``multimodal.held_language_model_refusal``)."""
@@ -354,7 +359,7 @@ def _own_decoder_refusal(chains: ChainReader, chain: Chain, families: tuple[Fami
     attribute = runs.returns_from if runs is not None else None
     if attribute is None or runs.reads_encoder_outputs or _held_model(chains, chain.classes, attribute) is None:
         return None
-    return held_language_model_refusal(chains, chain, attribute, families)
+    return held_language_model_refusal(release, chains, chain, attribute, families)
 
 
 def _inner_decoder(chains: ChainReader, model: ClassInfo) -> Optional[tuple[str, ClassInfo]]:

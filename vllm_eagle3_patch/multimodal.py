@@ -76,7 +76,7 @@ def find_wrapper(
     model_chain = chains.chain(model.module, model.name) if model is not None else None
     if model_chain is None:
         return Refused(f"{holder.name} builds its language model from {callee}, a class this tool cannot read")
-    return _judged(wrapper, model_chain, families, chains)
+    return _judged(release, wrapper, model_chain, families, chains)
 
 
 def _registered(
@@ -89,18 +89,18 @@ def _registered(
         chain = chains.registered(*entry) if entry else None
         if chain is None:
             return Refused(f"its language model, {architecture}, is not a text architecture this vLLM registers")
-        verdicts.append(_judged(wrapper, chain, families, chains))
+        verdicts.append(_judged(release, wrapper, chain, families, chains))
     refused = next((v for v in verdicts if isinstance(v, Refused)), None)
     return refused or verdicts[0]
 
 
 def _judged(
-    wrapper: Wrapper, model: Chain, families: tuple[Family, ...], chains: ChainReader
+    release: Release, wrapper: Wrapper, model: Chain, families: tuple[Family, ...], chains: ChainReader
 ) -> FoundWrapper | Refused:
     """The wrapper of a language model whose class has the chain ``model``, where the proposer can take the
     embedding from it."""
     found = _served(wrapper, model, families)
-    if isinstance(found, Refused):
+    if isinstance(found, Refused) or not release.shares_the_language_models_embedding:
         return found
     unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families)
     return found if unshared is None else Refused(unshared)
@@ -124,11 +124,12 @@ def _served(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> Fou
 
 
 def held_language_model_refusal(
-    chains: ChainReader, chain: Chain, attribute: str, families: tuple[Family, ...]
+    release: Release, chains: ChainReader, chain: Chain, attribute: str, families: tuple[Family, ...]
 ) -> Optional[str]:
     """:func:`unshared_embedding` of the class ``chain``'s ``__init__`` builds in ``self.<attribute>`` (a decoder of
-    its own file, which the class runs as a causal LM runs its model); None where that class cannot be read."""
-    held = held_class(chains, chain, attribute)
+    its own file, which the class runs as a causal LM runs its model); None where that class cannot be read, or
+    where the release's proposer does not take the embedding from the language model."""
+    held = held_class(chains, chain, attribute) if release.shares_the_language_models_embedding else None
     return unshared_embedding(chains, held, attribute, families) if held is not None else None
 
 

@@ -122,7 +122,8 @@ class WteVL(nn.Module, SupportsMultiModal):
 
 PROPOSER = """
 def load_model(self, target_model):
-    language_model = target_model.get_language_model()
+    target_language_model = target_model.get_language_model()
+    embedding = target_language_model.model.embed_tokens
 """
 
 

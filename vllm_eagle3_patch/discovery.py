@@ -21,7 +21,7 @@ from .codemod.two_processes import on_two_processes
 from .eagle3.class_chain import Chain, ChainReader, ClassInfo, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
-from .multimodal import find_wrapper
+from .multimodal import find_wrapper, held_language_model_refusal
 
 MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "CohereForCausalLM": ("cohere",),
@@ -140,7 +140,7 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     chains.read_chains_ahead(
         ((registry_module(module), cls) for models in registries for module, cls in models.values()), on_two_processes
     )
-    finder = _FamilyFinder(chains, known)
+    finder = _FamilyFinder(release, chains, known)
     for architecture, (module, cls) in release.text_generation_models.items():
         chain = finder.judged(architecture, module, cls)
         if chain is not None:
@@ -154,8 +154,11 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
         if isinstance(wrapper, FoundWrapper):
             finder.wrappers[architecture] = replace(wrapper, model_types=model_types(architecture, module))
         elif wrapper.decoder_only is False or held_in is None:
-            finder.unrecognised[architecture] = wrapper.reason
+            refusal = _own_decoder_refusal(release, chains, chain, finder.families)
+            finder.unrecognised[architecture] = refusal or wrapper.reason
             finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
+        elif refusal := _own_decoder_refusal(release, chains, chain, finder.families):
+            finder.unrecognised[architecture] = refusal
         elif not finder.found_by_rule(architecture, module, chain, held_in):
             finder.unrecognised[architecture] = wrapper.reason
     return finder.discovery()
@@ -164,7 +167,8 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
 class _FamilyFinder:
     """What :func:`discover` has found so far."""
 
-    def __init__(self, chains: ChainReader, known: tuple[Family, ...]) -> None:
+    def __init__(self, release: Release, chains: ChainReader, known: tuple[Family, ...]) -> None:
+        self.release = release
         self.chains = chains
         self.known = known
         self.found: dict[tuple[str, str], Family] = {}
@@ -190,11 +194,18 @@ class _FamilyFinder:
         return None if any(chain.includes(*place) for place in places) else chain
 
     def served_by_a_found_family(self, architecture: str, module: str, chain: Chain) -> bool:
-        """A multimodal class on a found family's causal LM chain (``GLM4VForCausalLM(ChatGLMBaseModel)``)."""
+        """A multimodal class on a found family's causal LM chain (``GLM4VForCausalLM(ChatGLMBaseModel)``), where
+        the proposer can take the embedding from its language model (else it is refused, with that reason)."""
         key = next((k for k in self.found if chain.includes(*k)), None)
-        if key is not None:
+        if key is None:
+            return False
+        attribute = self.found[key].decoder.split(".")[1]
+        refusal = held_language_model_refusal(self.release, self.chains, chain, attribute, self.families)
+        if refusal is not None:
+            self.unrecognised[architecture] = refusal
+        else:
             self._add(architecture, key, self.found[key], model_types(architecture, module))
-        return key is not None
+        return True
 
     def found_by_rule(self, architecture: str, module: str, chain: Chain, attribute: Optional[str] = None) -> bool:
         """The family of a class that builds a decoder of its own file (in ``attribute``, where given)."""
@@ -336,6 +347,19 @@ def _held_model(
                 inner = _inner_decoder(chains, model)
                 return (cls, f"{attribute}.{inner[0]}", inner[1]) if inner else (cls, attribute, model)
     return None
+
+
+def _own_decoder_refusal(
+    release: Release, chains: ChainReader, chain: Chain, families: tuple[Family, ...]
+) -> Optional[str]:
+    """Why the proposer could not take the embedding from a decoder of its own file that the multimodal class's
+    ``forward`` runs as its language model (Molmo's ``self.model = MolmoModel(...)``), or None: no such decoder,
+    or one it can (``multimodal.held_language_model_refusal``)."""
+    runs = next((c for c in chain.classes if "forward" in c.methods), None)
+    attribute = runs.returns_from if runs is not None else None
+    if attribute is None or runs.reads_encoder_outputs or _held_model(chains, chain.classes, attribute) is None:
+        return None
+    return held_language_model_refusal(release, chains, chain, attribute, families)
 
 
 def _inner_decoder(chains: ChainReader, model: ClassInfo) -> Optional[tuple[str, ClassInfo]]:

@@ -10,7 +10,14 @@ that attribute, and what it builds:
   judged as the text registry's, or where it names none the one the checkpoint's text config names;
 - a causal LM class: native, or a family's causal LM (its file patched by ``apply``);
 - a family's bare model (Kimi-K2.5's ``DeepseekV2Model`` on 0.15.x), or upstream's collecting decoder
-  (Phi-4-MM's ``LlamaModel``): the methods act on it.
+  (Phi-4-MM's ``LlamaModel``): the methods would act on it, but the proposer cannot take the embedding from it
+  (below), so it is refused.
+
+The runner's gate is not the only check: vLLM's EAGLE proposer (``load_model``) shares the target's token
+embedding with the drafter, taken from ``get_language_model().model.embed_tokens`` (or ``.embedding``), and
+raises as the engine starts where there is none.  ``get_language_model()`` gives the child holding the language
+model, the attribute the class's ``forward`` runs; so that child must be a causal LM holding ``self.model``
+(a family's shows its embedding there once patched: ``patches/shared_embedding.py``).  A bare decoder is not.
 
 Each such class becomes a :class:`FoundWrapper`; every other architecture is refused with its reason.
 """
@@ -23,6 +30,7 @@ from typing import Optional
 from .codemod.family import CHECKPOINTS_MODEL, Family, FoundWrapper, Wrapper
 from .eagle3.class_chain import Chain, ChainReader, ClassInfo
 from .eagle3.release import MIXIN, REGISTERED_MODEL, Release
+from .patches.shared_embedding import SHARED_EMBEDDINGS
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ def find_wrapper(
     model_chain = chains.chain(model.module, model.name) if model is not None else None
     if model_chain is None:
         return Refused(f"{holder.name} builds its language model from {callee}, a class this tool cannot read")
-    return _judged(wrapper, model_chain, families)
+    return _judged(release, wrapper, model_chain, families, chains)
 
 
 def _registered(
@@ -81,13 +89,25 @@ def _registered(
         chain = chains.registered(*entry) if entry else None
         if chain is None:
             return Refused(f"its language model, {architecture}, is not a text architecture this vLLM registers")
-        verdicts.append(_judged(wrapper, chain, families))
+        verdicts.append(_judged(release, wrapper, chain, families, chains))
     refused = next((v for v in verdicts if isinstance(v, Refused)), None)
     return refused or verdicts[0]
 
 
-def _judged(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> FoundWrapper | Refused:
-    """The wrapper of a language model whose class has the chain ``model``."""
+def _judged(
+    release: Release, wrapper: Wrapper, model: Chain, families: tuple[Family, ...], chains: ChainReader
+) -> FoundWrapper | Refused:
+    """The wrapper of a language model whose class has the chain ``model``, where the proposer can take the
+    embedding from it."""
+    found = _served(wrapper, model, families)
+    if isinstance(found, Refused) or not release.shares_the_language_models_embedding:
+        return found
+    unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families)
+    return found if unshared is None else Refused(unshared)
+
+
+def _served(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> FoundWrapper | Refused:
+    """The wrapper of a language model whose class has the chain ``model``, as the runner judges it."""
     name = model.classes[0].name
     if model.declares_eagle3:
         return FoundWrapper(wrapper, name)
@@ -101,6 +121,52 @@ def _judged(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> Fou
     if runs is not None and runs.collects:  # upstream's decoder, bare (Phi-4-MM's LlamaModel, Aria's subclass)
         return FoundWrapper(wrapper, name, bare=True, mixin=MIXIN in model.base_names)
     return Refused(f"its language model, {name}, is not an EAGLE-3 target (no family this tool patches serves it)")
+
+
+def held_language_model_refusal(
+    release: Release, chains: ChainReader, chain: Chain, attribute: str, families: tuple[Family, ...]
+) -> Optional[str]:
+    """:func:`unshared_embedding` of the class ``chain``'s ``__init__`` builds in ``self.<attribute>`` (a decoder of
+    its own file, which the class runs as a causal LM runs its model); None where that class cannot be read, or
+    where the release's proposer does not take the embedding from the language model."""
+    held = held_class(chains, chain, attribute) if release.shares_the_language_models_embedding else None
+    return unshared_embedding(chains, held, attribute, families) if held is not None else None
+
+
+def held_class(chains: ChainReader, chain: Chain, attribute: str) -> Optional[Chain]:
+    """The chain of the class the first class of ``chain`` that builds ``self.<attribute>`` builds there."""
+    holder = next((c for c in chain.classes if any(a == attribute for a, _ in c.holds)), None)
+    callee = next((callee for a, callee in holder.holds if a == attribute), None) if holder else None
+    model = chains.resolve(holder.module, callee) if holder and callee else None
+    return chains.chain(model.module, model.name) if model is not None else None
+
+
+def unshared_embedding(
+    chains: ChainReader, language_model: Chain, attribute: str, families: tuple[Family, ...]
+) -> Optional[str]:
+    """Why vLLM's EAGLE proposer could not take the token embedding from the language model whose class has the
+    chain ``language_model``, held in ``self.<attribute>`` (what ``get_language_model()`` gives), or None where
+    it can: a family's causal LM (its patched file shows it there), or a class holding ``self.model`` that builds
+    ``embed_tokens`` or ``embedding`` (or is a class this tool cannot read: judged as vLLM wrote it)."""
+    name = language_model.classes[0].name
+    if any(language_model.includes(_module(f.path), f.causal_lm) for f in families):
+        return None
+    holder = next((c for c in language_model.classes if any(a == "model" for a, _ in c.holds)), None)
+    if holder is None:
+        return f"its language model, {name} (self.{attribute}), has no self.model{_FAILS}"
+    callee = next(callee for a, callee in holder.holds if a == "model")
+    model = chains.resolve(holder.module, callee)
+    inner = chains.chain(model.module, model.name) if model is not None else None
+    if inner is None or any(a in SHARED_EMBEDDINGS for c in inner.classes for a, _ in c.holds):
+        return None
+    return f"{callee}, the model in its language model {name}, builds no {' or '.join(SHARED_EMBEDDINGS)}{_FAILS}"
+
+
+_FAILS = (
+    ": vLLM's EAGLE proposer takes the token embedding it shares with the drafter from "
+    f"get_language_model().model.{SHARED_EMBEDDINGS[0]} (or .{SHARED_EMBEDDINGS[1]}), "
+    "and the engine would fail to start"
+)
 
 
 def _path(module: str) -> str:

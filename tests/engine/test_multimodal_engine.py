@@ -119,8 +119,8 @@ RELEASES = {
             "aria": "Aria is refused after apply as before it (tried here: transformers' tokens without a drafter, "
             "text and picture, then the drafter's run): vLLM's proposer shares the embedding of "
             "get_language_model().model (llm_base_proposer.py's _maybe_share_embeddings) and Aria's language model "
-            "is the bare AriaTextModel, so both raise \"Target model does not have 'model' attribute\"; the "
-            "multimodal rule accepts a wrapper holding a bare model without giving the proposer that attribute",
+            "is the bare AriaTextModel, so both raise \"Target model does not have 'model' attribute\"; the tool "
+            "now refuses Aria with that reason (status --architectures), and apply leaves aria.py",
             "paligemma": "PaliGemma's module loads in vLLM 0.32.0 here, but its image prompt does not: counting the "
             "picture's placeholders (paligemma.py's get_num_image_tokens) calls vision.py's get_vision_encoder_info, "
             "which imports pixtral.py, which imports transformers 5's Pixtral image processor, which needs "

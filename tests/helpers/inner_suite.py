@@ -18,8 +18,10 @@ from pathlib import Path
 from helpers.wheel_corpus import release_tree
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.target import State
+from vllm_eagle3_patch.eagle3.class_chain import ChainReader, registry_module
 from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries, module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
+from vllm_eagle3_patch.multimodal import held_class
 from vllm_eagle3_patch.plan import Plan, make_plan
 from vllm_eagle3_patch.registry import FAMILIES, gated_model_types
 
@@ -75,8 +77,32 @@ def families_data(package_dir: Path) -> str:
             "gated_model_types": list(gated_model_types()),
             "accepted_before": list(accepted_before(install.version)),
             "wrappers": list(wrappers.values()),
+            "refused_wrappers": refused_by_the_proposer(plan),
         }
     )
+
+
+def refused_by_the_proposer(plan: Plan) -> list[dict]:
+    """``[{module, cls, attribute, language_model, language_model_module}]``: the multimodal classes refused because
+    the proposer could not take the embedding from their language model (the class their ``forward`` runs)."""
+    chains = ChainReader(plan.release.read)
+    refused = []
+    for architecture, (module, cls) in plan.release.multimodal_models.items():
+        if "get_language_model().model." not in plan.discovery.unrecognised.get(architecture, ""):
+            continue
+        chain = chains.registered(module, cls)
+        runs = next(c for c in chain.classes if "forward" in c.methods)
+        held = held_class(chains, chain, runs.returns_from)
+        refused.append(
+            {
+                "module": f"vllm.{registry_module(module)}",
+                "cls": cls,
+                "attribute": runs.returns_from,
+                "language_model": held.classes[0].name,
+                "language_model_module": f"vllm.{held.classes[0].module}",
+            }
+        )
+    return refused
 
 
 def run_inside(

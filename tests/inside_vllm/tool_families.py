@@ -44,6 +44,18 @@ class ToolWrapper:
 
 
 @dataclass(frozen=True)
+class RefusedWrapper:
+    """A multimodal class the tool refuses because vLLM's proposer could not take the token embedding from the
+    language model its ``forward`` runs (``language_model`` in ``language_model_module``, held in ``attribute``)."""
+
+    module: str
+    cls: str
+    attribute: str
+    language_model: str
+    language_model_module: str
+
+
+@dataclass(frozen=True)
 class ToolFamilies:
     families: tuple[ToolFamily, ...]
     gated_model_types: tuple[str, ...]
@@ -52,6 +64,7 @@ class ToolFamilies:
     """The entries of the release's own gate, unpatched (its whitelist, or 0.8.5-0.10.0's ``"llama"``): a model
     type containing one is accepted, before the patch and after it."""
     wrappers: tuple[ToolWrapper, ...] = ()
+    refused_wrappers: tuple[RefusedWrapper, ...] = ()
 
     def named(self, name: str) -> ToolFamily | None:
         """The family of module ``name`` (the registry's first, as the tool's plan ranks them), if any."""
@@ -75,4 +88,5 @@ def load() -> ToolFamilies:
         for f in data["families"]
     )
     wrappers = tuple(ToolWrapper(**w) for w in data.get("wrappers", ()))
-    return ToolFamilies(families, tuple(data["gated_model_types"]), tuple(data["accepted_before"]), wrappers)
+    refused = tuple(RefusedWrapper(**w) for w in data.get("refused_wrappers", ()))
+    return ToolFamilies(families, tuple(data["gated_model_types"]), tuple(data["accepted_before"]), wrappers, refused)

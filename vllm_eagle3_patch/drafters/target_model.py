@@ -50,6 +50,9 @@ class TargetModel:
     """The multimodal class found by rule that serves it, handing EAGLE-3 on to its language model."""
     language_model: Optional[TargetModel] = None
     """The language model the checkpoint's text config names, where the wrapper leaves the choice to it."""
+    refusal: Optional[str] = None
+    """Why no rule serves a registered multimodal class (``discovery``'s reason: the proposer could not take the
+    embedding from its language model, ...)."""
 
     @property
     def ready(self) -> bool:
@@ -102,6 +105,8 @@ class TargetModel:
             return f"{self.architecture}{where}: not an EAGLE-3 target yet ({why})"
         if self.wrapper is not None:
             return self._wrapper_verdict(where)
+        if self.refusal is not None:
+            return f"{self.architecture}{where}: not an EAGLE-3 target ({self.refusal})"
         if self.family is None:
             return f"{self.architecture}{where}: not a model family this tool patches"
         if self.ready:
@@ -166,6 +171,9 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
         chain = ChainReader(plan.release.read).registered(*entry)
         if chain is not None and chain.declares_eagle3:
             return TargetModel(architecture, module, None, (), gate(named), True, config is not None)
+    refusal = plan.discovery.unrecognised.get(architecture) if architecture in plan.release.multimodal_models else None
+    if family is None and refusal is not None:
+        return TargetModel(architecture, module, None, (), refusal=refusal)
     if family is None and config is not None:
         family = _family_of_type(str(config.text.get("model_type", "")))
         module = PurePosixPath(family.path).stem if family else module

@@ -47,6 +47,9 @@ PROPOSER = "v1/spec_decode/eagle.py"
 PROPOSER_FILES = ("v1/spec_decode/llm_base_proposer.py", PROPOSER)
 """Where a proposer's ``load_model`` may copy a multimodal target's image token: the proposers' shared base,
 once it has a file of its own, else the EAGLE proposer's file."""
+LANGUAGE_MODEL_EMBEDDING = ("target_language_model.model", 'getattr(target_language_model, "model"')
+"""How a proposer reaches the model of a multimodal target's language model, whose embedding it shares with the
+drafter (0.9.1 asks ``get_language_model()`` only for the LM head, and takes the target's own ``model``)."""
 IMAGE_TOKEN_FIELD = "image_token_index"
 """The drafter config's field for the target's image token, and the field the proposer's generic branch reads."""
 RELAY = "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
@@ -205,6 +208,13 @@ class Release:
         if f"{FIXED_DRAFTER}(" in proposer:
             return Lookup.FIXED
         return None
+
+    @cached_property
+    def shares_the_language_models_embedding(self) -> bool:
+        """Whether the EAGLE proposer takes a multimodal target's token embedding from its language model
+        (``get_language_model().model``, 0.9.2 on), not from the target's own ``model``."""
+        sources = [self.read(path) or "" for path in PROPOSER_FILES]
+        return any(sign in source for sign in LANGUAGE_MODEL_EMBEDDING for source in sources)
 
     @cached_property
     def reads_drafter_ids(self) -> bool:

@@ -31,6 +31,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     add_methods,
     assigned,
     cst,
+    exactly_one,
     find,
     find_statements,
     has_method,
@@ -41,7 +42,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     mark_line,
     method,
     names_in,
-    only,
     replace_child,
     replace_node,
     sole_statement,
@@ -322,7 +322,7 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
         calls = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
         return len(calls) == 1 and len(calls[0].args) >= 2 and isinstance(calls[0].args[1].value, cst.Integer)
 
-    line = only(
+    line = exactly_one(
         find_statements(forward, cst.SimpleStatementLine, first_capture), f"the id-0 capture before {model}'s loop"
     )
     (call,) = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))

@@ -26,13 +26,13 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     append_items,
     assigned,
     cst,
+    exactly_one,
     find,
     find_statements,
     is_name,
     is_string,
     mark,
     mark_line,
-    only,
     replace_child,
     replace_node,
     sole_statement,
@@ -87,10 +87,10 @@ class SpeculativeGate:
         config = top_level_class(tree, CONFIG)
         whitelists = _whitelists(config)
         if whitelists:
-            line = only(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
+            line = exactly_one(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
             return replace_child(tree, config, replace_node(config, line, self.extend_whitelist(line)))
         gates = find_statements(config, cst.If, lambda s: bool(find(s.test, cst.Comparison, _is_llama_only)))
-        gate = only(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')
+        gate = exactly_one(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')
         return replace_child(tree, config, replace_node(config, gate, self.open_llama_gate(gate)))
 
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:

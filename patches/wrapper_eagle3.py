@@ -24,11 +24,11 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     add_methods,
     assigned,
     cst,
+    exactly_one,
     find_statements,
     is_name,
     is_self_attribute,
     method,
-    only,
     replace_child,
     sole_statement,
     top_level_class,
@@ -87,7 +87,7 @@ def _builds(cls: cst.ClassDef, attribute: str, model: str) -> bool:
         return target is not None and is_self_attribute(target, name) and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
 
     lines = find_statements(method(cls, "__init__"), cst.SimpleStatementLine, sets_language_model)
-    line = only(lines, f"`{attribute} = ...(...)` in {cls.name.value}.__init__")
+    line = exactly_one(lines, f"`{attribute} = ...(...)` in {cls.name.value}.__init__")
     return is_name(line.body[0].value.func, model)  # type: ignore[attr-defined]
 
 

@@ -284,7 +284,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args), only=only(args))
+    plan = make_plan(find_install(args), only=chosen_architectures(args))
     diff = text.unified_diff(plan)
     if args.json:
         output.emit_json(json_objects.diff_object(plan, diff))
@@ -306,20 +306,20 @@ def chosen_options(args: argparse.Namespace) -> Optional[Options]:
     return None
 
 
-def only(args: argparse.Namespace) -> Optional[tuple[str, ...]]:
+def chosen_architectures(args: argparse.Namespace) -> Optional[tuple[str, ...]]:
     return tuple(args.only) if args.only else None
 
 
 def run_apply(args: argparse.Namespace) -> int:
     install, options = find_install(args), chosen_options(args)
     if args.dry_run:
-        plan = make_plan(install, options, accept_modified=args.accept_modified, only=only(args))
+        plan = make_plan(install, options, accept_modified=args.accept_modified, only=chosen_architectures(args))
         if args.json:
             output.emit_json(json_objects.dry_run_object(plan))
         elif not args.quiet:
             text.print_plan(plan)
         return 0
-    outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=only(args))
+    outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=chosen_architectures(args))
     return report(args, outcome, install)
 
 

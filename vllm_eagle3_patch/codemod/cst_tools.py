@@ -153,7 +153,7 @@ def has_mark(source: str) -> bool:
     return MARK in source
 
 
-def only(found: Sequence[Found], what: str) -> Found:
+def exactly_one(found: Sequence[Found], what: str) -> Found:
     """The single item in ``found``; zero or several is a file we do not recognise."""
     if len(found) == 1:
         return found[0]
@@ -164,12 +164,12 @@ def only(found: Sequence[Found], what: str) -> Found:
 
 def top_level_class(module: cst.Module, name: str) -> cst.ClassDef:
     classes = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
-    return only(classes, f"class {name}")  # type: ignore[return-value]
+    return exactly_one(classes, f"class {name}")  # type: ignore[return-value]
 
 
 def method(cls: cst.ClassDef, name: str) -> cst.FunctionDef:
     methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-    return only(methods, f"method {cls.name.value}.{name}")  # type: ignore[return-value]
+    return exactly_one(methods, f"method {cls.name.value}.{name}")  # type: ignore[return-value]
 
 
 def has_method(cls: cst.ClassDef, name: str) -> bool:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
 from . import PROG, __version__, changes, output
+from .architecture_verdicts import architecture_verdicts
 from .codemod.target import Options, State
 from .drafters import doctor, drafter_config
-from .drafters.architectures import architecture_verdicts
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids
 from .errors import ToolError

@@ -16,8 +16,8 @@ from typing import Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``from helpers import`` when run as a script
 from helpers import wheel_corpus
+from vllm_eagle3_patch.architecture_verdicts import architecture_verdicts
 from vllm_eagle3_patch.codemod.target import State
-from vllm_eagle3_patch.drafters.architectures import architecture_verdicts
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ..codemod.family import CHECKPOINTS_MODEL, FoundWrapper
-from ..codemod.target import State
-from ..discovery import Discovery, model_types
-from ..eagle3.class_chain import Chain, ChainReader, registry_module
-from ..patches.pipeline_relay import carries_aux_across_ranks
-from ..plan import FilePlan, Plan
-from ..registry import FAMILIES
-from .gate import GateVerdict, gate_verdict, quoted
+from .codemod.family import CHECKPOINTS_MODEL, FoundWrapper
+from .codemod.target import State
+from .discovery import Discovery, model_types
+from .drafters.gate import GateVerdict, gate_verdict, quoted
+from .eagle3.class_chain import Chain, ChainReader, registry_module
+from .patches.pipeline_relay import carries_aux_across_ranks
+from .plan import FilePlan, Plan
+from .registry import FAMILIES
 
 VERDICTS = ("native", "patched", "patchable", "gated", "refused")
 

@@ -51,7 +51,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
 from vllm_eagle3_patch.codemod.outline import Function
-from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, SingleFilePatch, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
@@ -374,7 +374,7 @@ def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) ->
 # --------------------------------------------------------------------------- the release
 
 
-class DecoderTarget(SingleFileTarget):
+class DecoderPatch(SingleFilePatch):
     """A family's model file: optional (left alone where it cannot be patched) unless the family is required.
 
     Families found by rule (``discovery.py``) may share a file: each causal LM of the file is one
@@ -525,7 +525,7 @@ def require_patchable(family: Family, release: Release, options: Options) -> Pat
     source = release.read(family.path)
     if source is None:
         raise Unrecognised(f"{family.path} is missing")
-    verdict = DecoderTarget(family).examine(source, release, options)
+    verdict = DecoderPatch(family).examine(source, release, options)
     if verdict.state not in (State.UNPATCHED, State.PATCHED):
         raise Unrecognised(f"{family.path} is {verdict.state.value}: {verdict.reason}")
     return PatchableFile(source, verdict)

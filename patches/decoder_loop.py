@@ -26,7 +26,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     sole_statement,
 )
 from vllm_eagle3_patch.codemod.outline import python_tree
-from vllm_eagle3_patch.codemod.target import Unrecognised
+from vllm_eagle3_patch.codemod.patch import Unrecognised
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 

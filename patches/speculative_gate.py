@@ -39,7 +39,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.judge import judge
-from vllm_eagle3_patch.codemod.target import Options, Policy, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, Policy, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GATE_FILES, GATE_SIGNS, WHITELISTS, Release, gate_admits
 
 CONFIG = "SpeculativeConfig"
@@ -126,7 +126,7 @@ def _require_eagle3(source: str) -> Callable[[], None]:
     return check
 
 
-class SpeculativeGateTarget:
+class SpeculativeGatePatch:
     name = "speculative-config gate"
     policy = Policy.BLOCKING
     serves = None

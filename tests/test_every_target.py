@@ -20,7 +20,7 @@ from helpers import environments
 from helpers.cli import run_on
 from helpers.inner_suite import families_of, run_inside
 
-from vllm_eagle3_patch.codemod.target import State
+from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import make_plan

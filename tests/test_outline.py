@@ -8,11 +8,11 @@ from helpers.wheel_corpus import ALL_RELEASES, release_tree
 
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.codemod.outline import Outline, outline
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.discovery import discover
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.registry import FAMILIES, every_target
-from vllm_eagle3_patch.target_kinds import Found
+from vllm_eagle3_patch.patch_kinds import Found
+from vllm_eagle3_patch.registry import FAMILIES, every_patch
 
 SAMPLE = '''\
 """A module."""
@@ -114,15 +114,15 @@ def test_a_codemod_that_changes_a_set_aside_function_is_caught():
 @pytest.mark.parametrize("version", ALL_RELEASES)
 def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(version, monkeypatch):
     """The real files: outlined and whole, each codemod must say and write exactly the same."""
-    assert_outline_changes_nothing(version, every_target(), monkeypatch)
+    assert_outline_changes_nothing(version, every_patch(), monkeypatch)
 
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.21.0", "0.33.0"])
 def test_the_files_of_the_families_found_by_rule_too(version, monkeypatch):
     """The decoder codemod sets aside whole classes it does not look at: on every file the rule finds."""
     release = Release(release_tree(version) / "vllm")
-    registry_own = {target.name for target in every_target()}
-    found_by_rule = [t for t in every_target(Found(discover(release, FAMILIES))) if t.name not in registry_own]
+    registry_own = {target.name for target in every_patch()}
+    found_by_rule = [t for t in every_patch(Found(discover(release, FAMILIES))) if t.name not in registry_own]
     assert_outline_changes_nothing(version, found_by_rule, monkeypatch)
 
 

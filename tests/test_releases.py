@@ -14,7 +14,7 @@ from helpers.declared_support import declares_eagle3, runner_classes
 from helpers.inner_suite import run_inside
 from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
-from vllm_eagle3_patch.codemod.target import Policy
+from vllm_eagle3_patch.codemod.patch import Policy
 from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES, Release
 from vllm_eagle3_patch.registry import DEEPSEEK_V2, FAMILIES
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers.cli import run_cli
 
-from vllm_eagle3_patch.codemod.target import Options, State, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, State, Verdict
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.verdict_cache import StateCache
 
@@ -97,7 +97,7 @@ def test_an_empty_variable_turns_the_cache_off(release, tmp_path):
     assert "libcst" in imports
 
 
-class CountingTarget:
+class CountingPatch:
     """A stand-in target that counts how often it is really asked."""
 
     name = "counting"
@@ -113,7 +113,7 @@ class CountingTarget:
 
 
 def test_the_key_holds_the_tool_source_the_text_and_the_options(tmp_path):
-    target = CountingTarget()
+    target = CountingPatch()
     beside = {"beside.py": "x = 1\n"}
     release = Release(tmp_path, lambda relative: beside.get(relative))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .codemod.family import CHECKPOINTS_MODEL, FoundWrapper
-from .codemod.target import State
+from .codemod.patch import State
 from .discovery import Discovery, model_types
 from .drafters.gate import GateVerdict, gate_verdict, quoted
 from .eagle3.class_chain import Chain, ChainReader, registry_module

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Optional, Sequence
 
 from . import PROG, __version__, changes, output
 from .architecture_verdicts import architecture_verdicts
-from .codemod.target import Options, State
+from .codemod.patch import Options, State
 from .drafters import doctor, drafter_config
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids

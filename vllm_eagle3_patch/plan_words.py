@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import __version__
-from .codemod.target import State
+from .codemod.patch import State
 from .install.locate import VllmInstall
 from .install.record import Comparison, RecordCheck
 

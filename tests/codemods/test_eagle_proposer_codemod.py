@@ -12,7 +12,7 @@ from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.codemod.cst_tools import MARK
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES, Release
 from vllm_eagle3_patch.patches.eagle_proposer import (
     READER,

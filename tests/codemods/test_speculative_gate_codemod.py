@@ -8,16 +8,16 @@ import pytest
 from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGate, SpeculativeGateTarget
+from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGate, SpeculativeGatePatch
 from vllm_eagle3_patch.registry import gated_model_types
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
 GATED = gated_model_types()
 """What the tool's gate must admit: its registry's types, DeepSeek's first, then the families'."""
-TARGET = SpeculativeGateTarget(GATED)
+TARGET = SpeculativeGatePatch(GATED)
 
 WHITELIST = """\
 class SpeculativeConfig:

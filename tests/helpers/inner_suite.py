@@ -17,7 +17,7 @@ from pathlib import Path
 
 from helpers.wheel_corpus import release_tree
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.target import State
+from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries, module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan

@@ -14,7 +14,7 @@ from functools import cache, lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
-from .target import MARKER, Unrecognised
+from .patch import MARKER, Unrecognised
 
 MARK = f"# {MARKER}"
 """The trailing comment put on every line this tool adds or changes."""

@@ -7,7 +7,7 @@ from typing import Callable, Optional, Protocol
 from ..eagle3.release import GETTERS
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
 from .outline import Keep, KeepClass, outline
-from .target import State, Unrecognised, Verdict
+from .patch import State, Unrecognised, Verdict
 
 
 class ModuleCodemod(Protocol):

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Optional
 
 from ..codemod.family import Family, FoundWrapper
-from ..codemod.target import State
+from ..codemod.patch import State
 from ..discovery import model_types
 from ..eagle3.class_chain import ChainReader, registry_module
 from ..eagle3.release import PROPOSER_FILES

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from ..architecture_verdicts import ArchitectureVerdict
 from ..changes import Outcome
-from ..codemod.target import Options
+from ..codemod.patch import Options
 from ..drafters.doctor import Diagnosis
 from ..drafters.target_model import TargetModel
 from ..install.journal import Interruption

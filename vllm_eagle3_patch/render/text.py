@@ -12,7 +12,7 @@ from typing import Iterator, Optional, TextIO
 
 from ..architecture_verdicts import VERDICTS, ArchitectureVerdict
 from ..changes import Outcome
-from ..codemod.target import Options, State
+from ..codemod.patch import Options, State
 from ..drafters.doctor import Assessment, Diagnosis
 from ..drafters.target_model import TargetModel
 from ..install.record import RecordCheck

@@ -12,7 +12,7 @@ lives in ``SpeculativeConfig``, in a different file per release, in one of two s
 
 0.18.0-0.21.x list the DeepSeek types themselves but none of the families' (nor ``phi3``),
 so their whitelist is widened too; from 0.22.0 there is no whitelist, only
-``supports_eagle3`` (native).  The types to admit come from the registry (``gated_model_types``).
+``supports_eagle3`` (native).  The types to admit come from the catalog (``gated_model_types``).
 
 Everything the gate accepted before is still accepted.
 """

@@ -19,12 +19,12 @@ from helpers.wheel_corpus import release_tree
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, gated_model_types
 from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderPatch
 from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGatePatch
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperPatch
-from vllm_eagle3_patch.registry import DEEPSEEK_V2, gated_model_types
 
 RELEASES = ("0.10.1", "0.13.0", "0.17.1")
 PATH = "model_executor/models/deepseek_v2.py"

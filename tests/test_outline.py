@@ -6,13 +6,13 @@ import libcst as cst
 import pytest
 from helpers.wheel_corpus import ALL_RELEASES, release_tree
 
+from vllm_eagle3_patch.catalog import FAMILIES, every_patch
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.codemod.outline import Outline, outline
 from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.discovery import discover
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patch_kinds import Found
-from vllm_eagle3_patch.registry import FAMILIES, every_patch
 
 SAMPLE = '''\
 """A module."""
@@ -121,8 +121,8 @@ def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_fr
 def test_the_files_of_the_families_found_by_rule_too(version, monkeypatch):
     """The decoder codemod sets aside whole classes it does not look at: on every file the rule finds."""
     release = Release(release_tree(version) / "vllm")
-    registry_own = {target.name for target in every_patch()}
-    found_by_rule = [t for t in every_patch(Found(discover(release, FAMILIES))) if t.name not in registry_own]
+    catalog_own = {target.name for target in every_patch()}
+    found_by_rule = [t for t in every_patch(Found(discover(release, FAMILIES))) if t.name not in catalog_own]
     assert_outline_changes_nothing(version, found_by_rule, monkeypatch)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import __version__
+from .catalog import every_patch
 from .codemod.patch import Options, State
 from .errors import ToolError
 from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
@@ -27,7 +28,6 @@ from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
 from .plan_words import refusal
-from .registry import every_patch
 
 
 class Done(str, enum.Enum):

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Optional, Sequence
 
 from . import PROG, __version__, changes, output
 from .architecture_verdicts import architecture_verdicts
+from .catalog import FAMILIES
 from .codemod.patch import Options, State
 from .drafters import doctor, drafter_config
 from .drafters.target_model import target_model
@@ -22,7 +23,6 @@ from .eagle3 import layer_ids
 from .errors import ToolError
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
-from .registry import FAMILIES
 from .render import json_objects, text
 from .verification import verify
 
@@ -210,7 +210,7 @@ EXIT_CODES = (
 
 
 def description() -> str:
-    """What the tool covers, from its own registry, so it cannot go stale."""
+    """What the tool covers, from its own catalog, so it cannot go stale."""
     families = ", ".join(family.name for family in FAMILIES)
     return (
         f"Give an installed vLLM EAGLE-3 speculative decoding for the model families it lacks it for ({families}; "

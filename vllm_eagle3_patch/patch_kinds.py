@@ -1,4 +1,4 @@
-"""Kinds of patch: how an entry of the registry (``registry.PATCHES``) becomes the patches of one release.
+"""Kinds of patch: how an entry of the catalog (``catalog.PATCHES``) becomes the patches of one release.
 
 The plan asks every entry for its patches with what it has found in the release (:class:`Found`), and
 knows nothing of what an entry is.  An entry planned after the model files is handed their verdicts
@@ -21,7 +21,7 @@ from .patches.wrapper_eagle3 import FoundWrappersPatch, WrapperPatch
 
 @dataclass(frozen=True)
 class Found:
-    """What the plan hands an entry of the registry when it asks for its patches."""
+    """What the plan hands an entry of the catalog when it asks for its patches."""
 
     discovery: Discovery = Discovery(())
     """The families found by rule in the release's own registry, and the architectures upstream serves."""
@@ -36,7 +36,7 @@ class Found:
 
 
 class PatchKind(Protocol):
-    """An entry of the registry."""
+    """An entry of the catalog."""
 
     after_model_files: bool
     """Planned once the model files are, and handed their verdicts (``Found.eagle3``)."""
@@ -94,7 +94,7 @@ class OneFile:
 
 @dataclass(frozen=True)
 class Gate:
-    """The speculative-config gate, planned after the model files: it admits ``model_types`` (the registry's
+    """The speculative-config gate, planned after the model files: it admits ``model_types`` (the catalog's
     families'), the types of the families found by rule whose files are EAGLE-3 targets and of the multimodal
     wrappers whose language models are, and those of the
     architectures upstream serves with EAGLE-3 (those asked for, with ``--only``).  A partial apply

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional
 
+from .catalog import FAMILIES, planned_patches
 from .codemod.patch import Options, Patch, Policy, State, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
@@ -19,7 +20,6 @@ from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .patch_kinds import Found
 from .plan_words import Families, FileFact, Standing, file_reason, plan_reason
-from .registry import FAMILIES, planned_patches
 from .verdict_cache import StateCache, default_directory
 
 
@@ -127,7 +127,7 @@ def make_plan(
     of the earlier one unless the user gives new ones (``Options()`` is the default ids).
     ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
     text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
-    The patches are those of the registry's entries (``registry.PATCHES``: the families' files and those
+    The patches are those of the catalog's entries (``catalog.PATCHES``: the families' files and those
     found by rule in the release's own registry, ``discovery.py``), the entries planned after the model files
     handed their verdicts; ``only`` (architecture names, ``apply --only``) keeps the model files serving
     those architectures, the files an earlier ``apply`` patched, the proposer and the gate.
@@ -390,8 +390,8 @@ def overall_state(files: tuple[FilePlan, ...]) -> Standing:
     """
     left_alone = [f for f in files if f.optional and f.state is State.UNSUPPORTED]
     counted = [f for f in files if f not in left_alone] or list(files)
-    registry = {family.name for family in FAMILIES}
-    left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
+    catalogued = {family.name for family in FAMILIES}
+    left_alone.sort(key=lambda f: f.family not in catalogued)  # the catalog's families first, then the rule's
     return replace(_least_finished(counted), left_alone=tuple(f.path for f in left_alone))
 
 
@@ -416,7 +416,7 @@ def telling_first(file: FilePlan) -> tuple[bool, bool]:
 
 
 def _families(files: Iterable[FilePlan]) -> Families:
-    """The model families the files serve, in registry order (the gate and proposer serve them
+    """The model families the files serve, in the catalog's order (the gate and proposer serve them
     all), and how many more architectures' files the rule found (``status --architectures`` names them)."""
     names = {f.family for f in files if f.family}
     listed = tuple(family.name for family in FAMILIES if family.name in names)

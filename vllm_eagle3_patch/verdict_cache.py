@@ -41,7 +41,7 @@ def default_directory() -> Optional[Path]:
 
 @cache
 def tool_fingerprint() -> str:
-    """A hash of every source file that decides a verdict: this package (the registry and its
+    """A hash of every source file that decides a verdict: this package (the catalog and its
     codemods included), LibCST's version."""
     package = Path(__file__).parent
     sources = [*package.rglob("*.py"), *Path(patches.__path__[0]).glob("*.py")]

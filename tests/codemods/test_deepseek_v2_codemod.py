@@ -10,10 +10,10 @@ import pytest
 from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2
 from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
-from vllm_eagle3_patch.registry import DEEPSEEK_V2
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 

@@ -11,9 +11,9 @@ from helpers.as_codemod import as_codemod
 from helpers.decoder_sources import TOY, WRAPPER_SOURCE, patch, reader, source
 from libcst.codemod import CodemodTest
 
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, GEMMA3
 from vllm_eagle3_patch.codemod.patch import Options, Policy, State
 from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperEagle3, WrapperPatch
-from vllm_eagle3_patch.registry import DEEPSEEK_V2, GEMMA3
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 

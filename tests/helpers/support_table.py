@@ -17,11 +17,11 @@ from typing import Iterable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``from helpers import`` when run as a script
 from helpers import wheel_corpus
 from vllm_eagle3_patch.architecture_verdicts import architecture_verdicts
+from vllm_eagle3_patch.catalog import FAMILIES, every_patch
 from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan
-from vllm_eagle3_patch.registry import FAMILIES, every_patch
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -129,7 +129,7 @@ def markdown(header: tuple[str, ...], rows: list[tuple[str, tuple[str, ...]]]) -
 def release_table(by_release: dict[str, Plan]) -> str:
     """Every patch on every corpus release (the gate under whichever file holds it)."""
     present = {file.patch for plan in by_release.values() for file in plan.files}
-    patches = [patch.name for patch in every_patch() if patch.name in present]  # the registry's order
+    patches = [patch.name for patch in every_patch() if patch.name in present]  # the catalog's order
     rows = {}
     for release, plan in by_release.items():
         states = {file.patch: file.state for file in plan.files}

@@ -1,4 +1,4 @@
-"""What the registry says about a model family: the data the decoder and wrapper codemods read.
+"""What the catalog says about a model family: the data the decoder and wrapper codemods read.
 
 A family is a vLLM model file whose decoder-only model has the usual pipeline-parallel loop
 (``self.layers`` from ``self.start_layer`` to ``self.end_layer``, each layer returning

@@ -1,6 +1,6 @@
 """What a patch is (one place in vLLM this tool may change), and what a codemod says about a file.
 
-The registry (``vllm_eagle3_patch.registry``) lists the patches; each has ``locate`` and
+The catalog (``vllm_eagle3_patch.catalog``) lists the patches; each has ``locate`` and
 ``examine``.  The plan never knows what a patch changes; it only reads, asks, and writes.
 """
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from ..catalog import FAMILIES
 from ..codemod.patch import Policy, State
 from ..eagle3.release import GETTER, module_name
 from ..plan import FilePlan, Plan
-from ..registry import FAMILIES
 from .checks import Check, run_in_target
 from .in_target import stand_in_checks
 

@@ -1,4 +1,4 @@
-"""The registry: every place in vLLM this tool patches, as data.
+"""The catalog: every place in vLLM this tool patches, and every model family, as data.
 
 A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry of :data:`FAMILIES`; a kind
 of change is one entry of :data:`PATCHES`, which the plan, the support tables and the tests iterate, and
@@ -98,6 +98,6 @@ def planned_patches(found: Found, after_model_files: bool) -> tuple[Patch, ...]:
 
 
 def every_patch(found: Found = Found()) -> tuple[Patch, ...]:
-    """Every entry's patches; without ``found``, the registry's own (none found by rule, the gate admitting the
-    registry's families)."""
+    """Every entry's patches; without ``found``, the catalog's own (none found by rule, the gate admitting the
+    catalog's families)."""
     return tuple(t for kind in PATCHES for t in kind.patches(found))

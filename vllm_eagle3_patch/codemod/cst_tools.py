@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import libcst as cst
 else:
     cst = import_lazily("libcst")
-"""LibCST, for this module and the patch modules (``from vllm_eagle3_patch.cst_tools import cst``)."""
+"""LibCST, for this module and the patch modules (``from vllm_eagle3_patch.codemod.cst_tools import cst``)."""
 
 Found = TypeVar("Found")
 Node = TypeVar("Node", bound="cst.CSTNode")
@@ -316,7 +316,7 @@ def add_import(tree: cst.Module, module: str, name: str, package: str) -> cst.Mo
     the name in its own layout (one line, or one name per line with a trailing comma);
     without one, a new line follows the last import at the top of the file.  What LibCST's
     ``AddImportsVisitor`` does for these shapes, without importing ``libcst.codemod``
-    and ``libcst.matchers`` (see :class:`~vllm_eagle3_patch.codemod.ModuleCodemod`).
+    and ``libcst.matchers`` (see :class:`~vllm_eagle3_patch.codemod.judge.ModuleCodemod`).
     """
     head = list(tree.body[: _header_length(tree)])
     for index, line in enumerate(head):

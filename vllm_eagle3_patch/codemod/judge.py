@@ -40,7 +40,7 @@ def judge(
     find its way through is unsupported, with the codemod's reason.  ``preconditions``
     raises :class:`Unrecognised` when the rest of the release rules the patch out.
     ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
-    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.outline`), and so are the module-level
+    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.codemod.outline`), and so are the module-level
     classes ``classes`` rejects (None: every class is looked at).
     """
     if has_mark(source):

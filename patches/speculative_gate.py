@@ -1,20 +1,10 @@
 """The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family, Kimi-K2 and the other families.
 
-Until 0.21.x, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
-("Eagle3 is only supported for ... models", "eagle3 is only supported for ...").  The gate
-lives in ``SpeculativeConfig``, in a different file per release, in one of two shapes:
-
-- 0.10.1-0.21.x (``config/__init__.py``, then ``config/speculative.py``): a list
-  ``eagle3_target_supported = [...]`` (``aux_hidden_states_supported`` from 0.17.0)
-  matched by substring; the model types it does not accept yet are appended.
-- 0.8.5-0.10.0 (``config.py``): ``"llama" not in <model_type>``; the comparison becomes
-  ``not any(supported in <model_type> for supported in ("llama", ...))``.
-
-0.18.0-0.21.x list the DeepSeek types themselves but none of the families' (nor ``phi3``),
-so their whitelist is widened too; from 0.22.0 there is no whitelist, only
-``supports_eagle3`` (native).  The types to admit come from the catalog (``gated_model_types``).
-
-Everything the gate accepted before is still accepted.
+Where ``SpeculativeConfig`` refuses an EAGLE-3 target whose model type it does not list, the types of
+``gated_model_types`` (the catalog's) it lacks are added: appended to a whitelist (matched by substring), or a test
+for ``"llama"`` alone becomes ``not any(supported in <model_type> for supported in ("llama", ...))``.  Everything
+the gate accepted before is still accepted.  Which file holds the gate, in which shape, per release:
+``docs/releases.md``.
 """
 
 from __future__ import annotations

@@ -468,8 +468,8 @@ def test_the_methods_reach_the_decoder_under_its_own_attributes(shape):
 
 
 def test_two_causal_lms_holding_one_model_patch_it_once():
-    target = DecoderPatch(toy_family(), toy_family(causal_lm="ToyChatForCausalLM"))
-    verdict = target.examine(toy_source("pair-islice"), reader(), Options())
+    one_patch = DecoderPatch(toy_family(), toy_family(causal_lm="ToyChatForCausalLM"))
+    verdict = one_patch.examine(toy_source("pair-islice"), reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     code = verdict.patched
     assert code.count("aux_layer_ids = self.aux_hidden_state_layers") == 1

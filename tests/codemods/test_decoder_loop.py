@@ -230,8 +230,8 @@ class ToyDecoderLayer(nn.Module):
 def test_layers_that_add_their_own_residual_hand_on_the_stream_in_hidden_states(code):
     """The stream is what the next layer is given: ``hidden_states`` alone, when the layers are not handed
     the residual (StableLM) or never read it (EXAONE-4's post-norm layers)."""
-    target = DecoderPatch(toy_family())
-    verdict = target.examine(code, reader(), Options())
+    patch = DecoderPatch(toy_family())
+    verdict = patch.examine(code, reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     patched = verdict.patched.replace(IMPORT, "")
     model = object.__new__(load(patched)["ToyModel"])

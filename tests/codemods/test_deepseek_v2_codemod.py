@@ -1,5 +1,5 @@
 """DeepSeek-V2/V3 through the generic decoder codemod, on a small synthetic source (no vLLM code here):
-the whole patched text, written out, and its target's verdicts.  The codemod's edge cases, for every
+the whole patched text, written out, and its patch's verdicts.  The codemod's edge cases, for every
 family, are in ``test_decoder_eagle3_codemod.py``."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def examine(code: str):
     ],
 )
 def test_unrecognised_sources_are_refused_with_the_reason(mutation, reason):
-    """Through DeepSeek's own target (the generic codemod's edge cases: test_decoder_eagle3_codemod.py)."""
+    """Through DeepSeek's own patch (the generic codemod's edge cases: test_decoder_eagle3_codemod.py)."""
     verdict = examine(mutation(source()))
     assert verdict.state is State.UNSUPPORTED
     assert reason in verdict.reason

@@ -120,13 +120,13 @@ def patched_module(source_text: str, *wrappers: FoundWrapper) -> dict:
 )
 def test_a_wrapper_follows_its_language_models_family(model, state, reason) -> None:
     files = {} if model is None else {"model": model}
-    target = FoundWrappersPatch(PATH, (found(family=TOY),))
-    verdict = target.examine(WRAPPER_SOURCE, reader(**files), Options())
+    patch = FoundWrappersPatch(PATH, (found(family=TOY),))
+    verdict = patch.examine(WRAPPER_SOURCE, reader(**files), Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
-    assert target.policy is Policy.OPTIONAL  # a user of another model loses nothing when it cannot be patched
+    assert patch.policy is Policy.OPTIONAL  # a user of another model loses nothing when it cannot be patched
 
 
 def test_a_native_or_checkpoint_language_model_needs_no_family_file() -> None:
-    target = FoundWrappersPatch(PATH, (found(), found("ToyForConditionalGeneration", language_model=CHECKPOINTS_MODEL)))
-    assert len(target.wrappers) == 1  # one class, once
-    assert target.examine(WRAPPER_SOURCE, reader(), Options()).state is State.UNPATCHED
+    patch = FoundWrappersPatch(PATH, (found(), found("ToyForConditionalGeneration", language_model=CHECKPOINTS_MODEL)))
+    assert len(patch.wrappers) == 1  # one class, once
+    assert patch.examine(WRAPPER_SOURCE, reader(), Options()).state is State.UNPATCHED

@@ -166,4 +166,4 @@ class EagleProposerPatch(SingleFilePatch):
         return judge(source, ImageTokenFromConfig, native=_native, reads=lambda function: function.name == LOAD_MODEL)
 
 
-TARGET = EagleProposerPatch()
+PATCH = EagleProposerPatch()

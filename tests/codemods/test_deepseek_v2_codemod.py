@@ -17,7 +17,7 @@ from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
-TARGET = DecoderPatch(DEEPSEEK_V2)
+PATCH = DecoderPatch(DEEPSEEK_V2)
 
 MODEL_TEMPLATE = """\
 {imports}
@@ -128,7 +128,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
 
 def examine(code: str):
     read = lambda path: "class SupportsEagle3(Protocol): ..." if "interfaces" in path else "set_aux_hidden_state_layers"
-    return TARGET.examine(code, Release(Path("/nowhere"), read), Options())
+    return PATCH.examine(code, Release(Path("/nowhere"), read), Options())
 
 
 @pytest.mark.parametrize(

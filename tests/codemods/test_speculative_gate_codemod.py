@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a con
 
 GATED = gated_model_types()
 """What the tool's gate must admit: its catalog's types, DeepSeek's first, then the families'."""
-TARGET = SpeculativeGatePatch(GATED)
+PATCH = SpeculativeGatePatch(GATED)
 
 WHITELIST = """\
 class SpeculativeConfig:
@@ -101,7 +101,7 @@ class TestSpeculativeGate(CodemodTest):
 
 
 def examine(code: str):
-    return TARGET.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
+    return PATCH.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
 
 
 @pytest.mark.parametrize(

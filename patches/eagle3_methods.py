@@ -24,7 +24,7 @@ def eagle3_methods(
 ) -> str:
     """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
 
-    ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
+    ``decoder`` is the expression of the decoder model (e.g. ``self.model``).  With
     ``aux_layers`` the getter returns those ids and checks them against the layer count,
     which is only known once the model is built.  The default is
     ``layer_ids.patched_default``, written out.  ``over_ranks``: who carries the states of ids on

@@ -1,9 +1,8 @@
 """What the catalog says about a model family: the data the decoder and wrapper codemods read.
 
-A family is a vLLM model file whose decoder-only model has the usual pipeline-parallel loop
-(``self.layers`` from ``self.start_layer`` to ``self.end_layer``, each layer returning
-``hidden_states, residual``) and a causal-LM class holding that model in ``self.model``.
-``patches/decoder_eagle3.py`` and ``patches/wrapper_eagle3.py`` turn it into patches.
+A family is a vLLM model file: a decoder-only model whose ``forward`` loops over its layers in a shape of
+``eagle3/loop_shapes.py``, and the causal LM that holds it.  ``patches/decoder_eagle3.py`` and
+``patches/wrapper_eagle3.py`` turn it into patches.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Make a decoder-only model family an EAGLE-3 target, from its :class:`~vllm_eagle3_patch.codemod.family.Family`.
 
-The generalisation of ``deepseek_v2.py``'s codemod: the family's model ``__init__`` sets
-``self.aux_hidden_state_layers``; its ``forward`` captures the residual stream entering
-each requested global layer id (``hidden_states + residual``, or ``hidden_states`` where
-there is no residual yet) and the last layer's output before the norm (id ``end_layer``),
-and returns ``(hidden_states, aux_hidden_states)`` when anything was captured; the
-causal-LM class gains ``SupportsEagle3`` (where the release has it) and the two methods,
-under the names the release's runner calls (``eagle3/release.py``).  A multimodal
-wrapper is ``wrapper_eagle3.py``'s.
-
-From 0.18.0, upstream's own models inherit ``EagleModelMixin`` and capture with
-``_maybe_add_hidden_state(..., idx + 1, ...)``: ids local to the pipeline stage, and the
-mixin's default ``(2, n // 2, n - 3)`` repeats ids below 7 layers.  Rather than take the mixin
-and correct both, the patched model keeps this codemod's ``forward`` and overrides both
-methods of ``SupportsEagle3``, so the protocol's defaults (which expect the mixin) never run.
-
-The loop is found by its shape (``eagle3/loop_shapes.py``'s table), and ``forward`` read around it once
-(``decoder_loop.read_forward``).  Where upstream's loop already captures the requested ids (Qwen3-Next on
-0.18-0.19, whose causal LM lacks the methods), only id ``end_layer`` is added.
+The family's model ``__init__`` sets ``self.aux_hidden_state_layers``; its ``forward``, read once around the loop
+found by its shape (``decoder_loop.read_forward``, ``eagle3/loop_shapes.py``), captures the residual stream entering
+each requested global layer id and the last layer's output before the norm (id ``end_layer``), and returns
+``(hidden_states, aux_hidden_states)`` when anything was captured.  The causal LM gains ``SupportsEagle3`` (where
+the release has it) and both methods, under the names the release's runner calls (``eagle3/release.py``), so the
+protocol's defaults never run; where upstream's own loop already captures, its capture gives way to this one, so
+ids mean the same on every release (``docs/releases.md``).  A multimodal wrapper is ``wrapper_eagle3.py``'s.
 """
 
 from __future__ import annotations
@@ -31,6 +20,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     add_methods,
     assigned,
     cst,
+    exactly_one,
     find,
     find_statements,
     has_method,
@@ -41,7 +31,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     mark_line,
     method,
     names_in,
-    only,
     replace_child,
     replace_node,
     sole_statement,
@@ -51,7 +40,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
 from vllm_eagle3_patch.codemod.outline import Function
-from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, State, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, SingleFilePatch, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
@@ -322,7 +311,7 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
         calls = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
         return len(calls) == 1 and len(calls[0].args) >= 2 and isinstance(calls[0].args[1].value, cst.Integer)
 
-    line = only(
+    line = exactly_one(
         find_statements(forward, cst.SimpleStatementLine, first_capture), f"the id-0 capture before {model}'s loop"
     )
     (call,) = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
@@ -374,7 +363,7 @@ def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) ->
 # --------------------------------------------------------------------------- the release
 
 
-class DecoderTarget(SingleFileTarget):
+class DecoderPatch(SingleFilePatch):
     """A family's model file: optional (left alone where it cannot be patched) unless the family is required.
 
     Families found by rule (``discovery.py``) may share a file: each causal LM of the file is one
@@ -525,7 +514,7 @@ def require_patchable(family: Family, release: Release, options: Options) -> Pat
     source = release.read(family.path)
     if source is None:
         raise Unrecognised(f"{family.path} is missing")
-    verdict = DecoderTarget(family).examine(source, release, options)
+    verdict = DecoderPatch(family).examine(source, release, options)
     if verdict.state not in (State.UNPATCHED, State.PATCHED):
         raise Unrecognised(f"{family.path} is {verdict.state.value}: {verdict.reason}")
     return PatchableFile(source, verdict)

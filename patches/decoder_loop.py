@@ -16,17 +16,17 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     assigned,
     assigns_self_attribute,
     cst,
+    exactly_one,
     find,
     is_attribute,
     is_name,
     is_self_attribute,
     method,
     names_in,
-    only,
     sole_statement,
 )
 from vllm_eagle3_patch.codemod.outline import python_tree
-from vllm_eagle3_patch.codemod.target import Unrecognised
+from vllm_eagle3_patch.codemod.patch import Unrecognised
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 
@@ -109,7 +109,7 @@ def read_forward(model: cst.ClassDef) -> DecoderForward:
     loops = loop_shapes.decoder_loops(body, loop_shape, staged)
     name = model.name.value
     what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {name}.forward"
-    node, shape = only(loops, what)
+    node, shape = exactly_one(loops, what)
     at = body.index(node)
     return DecoderForward(forward, Loop(node, shape), at, last_layer_index(body, at))  # type: ignore[arg-type]
 
@@ -195,7 +195,7 @@ def fresh(name: str) -> str:
 def _layer_call(loop: Loop, model: str) -> tuple[cst.SimpleStatementLine, tuple[str, ...]]:
     """The loop's one statement calling the layer, and the names it assigns."""
     calls = [s for s in loop.node.body.body if _layer_call_targets(sole_statement(s), loop.layer) is not None]
-    line: cst.SimpleStatementLine = only(
+    line: cst.SimpleStatementLine = exactly_one(
         calls, f"the decoder layer call `hidden_states[, residual] = {loop.layer}(...)` in {model}.forward"
     )  # type: ignore[assignment]
     names = _layer_call_targets(line.body[0], loop.layer)

@@ -1,9 +1,8 @@
 """The two ``SupportsEagle3`` methods, written for whichever attribute holds the decoder.
 
-Shared by the DeepSeek-V2 model (``self.model``), the families' causal LMs and the Kimi-K2.5
-wrapper of 0.15.x, whose ``self.language_model`` is a bare ``DeepseekV2Model``.  The getter's
-name is the one the release's runner asks for (``eagle3/release.py``): ``GETTER`` up to
-0.17.x, ``DEFAULT_GETTER`` from 0.18.0 (where ``SupportsEagle3`` builds on ``EagleModelMixin``).
+Shared by the families' causal LMs (``self.model``) and the multimodal wrappers, which act on a bare model they
+hold or hand the methods on to their language model.  The getter's name is the one the release's runner asks for
+(``eagle3/release.py``; ``docs/releases.md`` lists it per release).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ def eagle3_methods(
 ) -> str:
     """Source of ``set_aux_hidden_state_layers`` and the getter ``getter``.
 
-    ``decoder`` is the expression of the ``DeepseekV2Model`` (e.g. ``self.model``).  With
+    ``decoder`` is the expression of the decoder model (e.g. ``self.model``).  With
     ``aux_layers`` the getter returns those ids and checks them against the layer count,
     which is only known once the model is built.  The default is
     ``layer_ids.patched_default``, written out.  ``over_ranks``: who carries the states of ids on

@@ -29,7 +29,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     statements,
 )
 from vllm_eagle3_patch.codemod.judge import judge
-from vllm_eagle3_patch.codemod.target import Options, SingleFileTarget, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, SingleFilePatch, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import IMAGE_TOKEN_FIELD, PROPOSER, PROPOSER_FILES, Release
 
 LOAD_MODEL = "load_model"
@@ -154,7 +154,7 @@ def names_target(source: str, architecture: str) -> bool:
     return f'"{architecture}"' in source
 
 
-class EagleProposerTarget(SingleFileTarget):
+class EagleProposerPatch(SingleFilePatch):
     name = "EAGLE proposer"
     path = PROPOSER
 
@@ -166,4 +166,4 @@ class EagleProposerTarget(SingleFileTarget):
         return judge(source, ImageTokenFromConfig, native=_native, reads=lambda function: function.name == LOAD_MODEL)
 
 
-TARGET = EagleProposerTarget()
+PATCH = EagleProposerPatch()

@@ -1,20 +1,12 @@
 """Carry a patched decoder's aux states across pipeline ranks, as vLLM does for its opted-in models.
 
-From 0.30.0 model runner V2 runs EAGLE-3 over pipeline ranks for a decoder that declares
-``supports_aux_hidden_states_over_pp`` (``eagle3_utils.py``): it sets the ids on every rank, reserves
-``AUX_HIDDEN_STATE_KEY + slot`` tensors in each later rank's ``IntermediateTensors`` (one per id
-``_aux_slot_base_cached`` counts as captured upstream, sized ``config.hidden_size``), relays them
-through the middle ranks, and the last rank hands the drafter what arrived beside what it captured.
-
-This tool's ids keep their meaning over ranks: id ``k`` is the stream entering layer ``k``, so the
-rank holding layers ``[s, e)`` captures the ids in ``[s, e)`` (and ``n``, the last rank only), and the
-ids before ``s`` are upstream's: ``_aux_slot_base_cached`` counts them.  (Upstream's mixin counts with
-``bisect_right`` because its ranks capture ``(s, e]``; the two layouts agree on what each slot holds.)
-
-A decoder carries them where its ``forward`` has the shape every staged vLLM decoder has: one
-``return IntermediateTensors(...)`` for the non-last ranks after the loop and before the final norm,
-an ``intermediate_tensors`` parameter, and ``self.config`` set in ``__init__`` (read by the runner's
-reservation).  Elsewhere the setter refuses ids on earlier ranks, as on releases before 0.30.0.
+Where the release's model runner relays aux states for a decoder that declares
+``supports_aux_hidden_states_over_pp`` (``eagle3_utils.py``), a patched decoder declares it too: each rank captures
+the ids of its own layers (id ``k`` is the stream entering layer ``k``; ``n`` on the last rank), sends them on in
+``IntermediateTensors`` after the slots of the ranks before it, and the last rank puts what arrived first.  It
+needs the shape every staged vLLM decoder has: one ``return IntermediateTensors(...)`` for the non-last ranks after
+the loop, an ``intermediate_tensors`` parameter and ``self.config``; elsewhere the setter refuses ids on earlier
+ranks.  Which releases relay, and how the slots are counted: ``docs/drafters.md``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.target import Unrecognised
+from vllm_eagle3_patch.codemod.patch import Unrecognised
 
 SHARED_EMBEDDINGS = ("embed_tokens", "embedding")
 """Where vLLM's proposers take the target's token embedding to share it with the drafter: they read

@@ -1,20 +1,10 @@
 """The speculative-config gate: let EAGLE-3 target the DeepSeek-V2/V3 family, Kimi-K2 and the other families.
 
-Until 0.21.x, vLLM rejects an EAGLE-3 target whose model type is not on a whitelist
-("Eagle3 is only supported for ... models", "eagle3 is only supported for ...").  The gate
-lives in ``SpeculativeConfig``, in a different file per release, in one of two shapes:
-
-- 0.10.1-0.21.x (``config/__init__.py``, then ``config/speculative.py``): a list
-  ``eagle3_target_supported = [...]`` (``aux_hidden_states_supported`` from 0.17.0)
-  matched by substring; the model types it does not accept yet are appended.
-- 0.8.5-0.10.0 (``config.py``): ``"llama" not in <model_type>``; the comparison becomes
-  ``not any(supported in <model_type> for supported in ("llama", ...))``.
-
-0.18.0-0.21.x list the DeepSeek types themselves but none of the families' (nor ``phi3``),
-so their whitelist is widened too; from 0.22.0 there is no whitelist, only
-``supports_eagle3`` (native).  The types to admit come from the registry (``gated_model_types``).
-
-Everything the gate accepted before is still accepted.
+Where ``SpeculativeConfig`` refuses an EAGLE-3 target whose model type it does not list, the types of
+``gated_model_types`` (the catalog's) it lacks are added: appended to a whitelist (matched by substring), or a test
+for ``"llama"`` alone becomes ``not any(supported in <model_type> for supported in ("llama", ...))``.  Everything
+the gate accepted before is still accepted.  Which file holds the gate, in which shape, per release:
+``docs/releases.md``.
 """
 
 from __future__ import annotations
@@ -26,20 +16,20 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     append_items,
     assigned,
     cst,
+    exactly_one,
     find,
     find_statements,
     is_name,
     is_string,
     mark,
     mark_line,
-    only,
     replace_child,
     replace_node,
     sole_statement,
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.judge import judge
-from vllm_eagle3_patch.codemod.target import Options, Policy, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, Policy, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GATE_FILES, GATE_SIGNS, WHITELISTS, Release, gate_admits
 
 CONFIG = "SpeculativeConfig"
@@ -87,10 +77,10 @@ class SpeculativeGate:
         config = top_level_class(tree, CONFIG)
         whitelists = _whitelists(config)
         if whitelists:
-            line = only(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
+            line = exactly_one(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
             return replace_child(tree, config, replace_node(config, line, self.extend_whitelist(line)))
         gates = find_statements(config, cst.If, lambda s: bool(find(s.test, cst.Comparison, _is_llama_only)))
-        gate = only(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')
+        gate = exactly_one(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')
         return replace_child(tree, config, replace_node(config, gate, self.open_llama_gate(gate)))
 
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
@@ -126,7 +116,7 @@ def _require_eagle3(source: str) -> Callable[[], None]:
     return check
 
 
-class SpeculativeGateTarget:
+class SpeculativeGatePatch:
     name = "speculative-config gate"
     policy = Policy.BLOCKING
     serves = None

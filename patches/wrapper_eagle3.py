@@ -24,18 +24,18 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     add_methods,
     assigned,
     cst,
+    exactly_one,
     find_statements,
     is_name,
     is_self_attribute,
     method,
-    only,
     replace_child,
     sole_statement,
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
-from vllm_eagle3_patch.codemod.target import Options, Policy, SingleFileTarget, Unrecognised, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, Policy, SingleFilePatch, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, GETTERS, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
 from vllm_eagle3_patch.patches.eagle3_methods import checked_delegating_methods, delegating_methods, eagle3_methods
@@ -87,11 +87,11 @@ def _builds(cls: cst.ClassDef, attribute: str, model: str) -> bool:
         return target is not None and is_self_attribute(target, name) and isinstance(statement.value, cst.Call)  # type: ignore[union-attr]
 
     lines = find_statements(method(cls, "__init__"), cst.SimpleStatementLine, sets_language_model)
-    line = only(lines, f"`{attribute} = ...(...)` in {cls.name.value}.__init__")
+    line = exactly_one(lines, f"`{attribute} = ...(...)` in {cls.name.value}.__init__")
     return is_name(line.body[0].value.func, model)  # type: ignore[attr-defined]
 
 
-class WrapperTarget(SingleFileTarget):
+class WrapperPatch(SingleFilePatch):
     """A family's multimodal wrapper: patched only where the family's model file is patchable."""
 
     def __init__(self, family: Family) -> None:
@@ -149,7 +149,7 @@ class FoundWrappersEagle3:
         return _with_protocol(tree, self.protocol)
 
 
-class FoundWrappersTarget(SingleFileTarget):
+class FoundWrappersPatch(SingleFilePatch):
     """The multimodal classes of one file found by rule: each patched only where its language model's family
     file is patchable (the methods rely on it); a native language model, or the checkpoint's, needs none."""
 

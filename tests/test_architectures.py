@@ -12,8 +12,8 @@ import pytest
 from helpers.bytes_on_disk import tree_digest
 from helpers.cli import run_on as cli
 
+from vllm_eagle3_patch.architecture_verdicts import VERDICTS
 from vllm_eagle3_patch.discovery import model_types
-from vllm_eagle3_patch.drafters.architectures import VERDICTS
 
 
 def verdicts(package_dir, kind: str = "text") -> dict[str, dict]:

@@ -204,7 +204,7 @@ def test_a_failing_write_changes_nothing(release, room, said):
 
 def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     from vllm_eagle3_patch import changes
-    from vllm_eagle3_patch.codemod.target import Options
+    from vllm_eagle3_patch.codemod.patch import Options
     from vllm_eagle3_patch.errors import ToolError
     from vllm_eagle3_patch.install.locate import from_package_dir
 

@@ -1,7 +1,7 @@
 """Every decoder that ``apply`` patches or exposes hands the drafter the stream as it was (issue: states that
 alias a tensor a later layer writes into), on 0.17.1, 0.21.0 and 0.33.0.
 
-The architectures come from the tool's own plan of the patched tree: the registry's families and every one
+The architectures come from the tool's own plan of the patched tree: the catalog's families and every one
 found by rule whose file ``apply`` patched.  The inner module (``tests/inside_vllm/test_every_target.py``) runs
 each decoder's real ``forward`` over stand-in layers that write into their inputs once read.  With the copies
 taken out of the patched files (every capture then keeps the bare tensor, as before the fix), every decoder
@@ -20,7 +20,7 @@ from helpers import environments
 from helpers.cli import run_on
 from helpers.inner_suite import families_of, run_inside
 
-from vllm_eagle3_patch.codemod.target import State
+from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import make_plan

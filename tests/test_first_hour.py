@@ -21,7 +21,7 @@ from helpers.cli import run_cli, status_of
 from helpers.cli import run_on as cli
 from helpers.environments import python_with_path_entries
 
-from vllm_eagle3_patch.registry import DEEPSEEK_V2, FAMILIES
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, FAMILIES
 
 ONE_LINE_ERROR = "vllm-eagle3-patch: error: "
 REPO = Path(__file__).resolve().parents[1]

@@ -19,20 +19,20 @@ from helpers.wheel_corpus import release_tree
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, gated_model_types
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderTarget
-from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGateTarget
-from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
-from vllm_eagle3_patch.registry import DEEPSEEK_V2, gated_model_types
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderPatch
+from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGatePatch
+from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperPatch
 
 RELEASES = ("0.10.1", "0.13.0", "0.17.1")
 PATH = "model_executor/models/deepseek_v2.py"
 
 
-TARGET = DecoderTarget(DEEPSEEK_V2)
-KIMI_TARGET = WrapperTarget(DEEPSEEK_V2)
-GATE_TARGET = SpeculativeGateTarget(gated_model_types())
+PATCH = DecoderPatch(DEEPSEEK_V2)
+KIMI_PATCH = WrapperPatch(DEEPSEEK_V2)
+GATE_PATCH = SpeculativeGatePatch(gated_model_types())
 
 
 def read_release(version: str) -> Release:
@@ -212,7 +212,7 @@ def test_mutated_sources_are_patched_correctly_or_refused(version, mutations):
     source = SOURCES[version]
     for mutate in sorted(mutations, key=lambda m: m is crlf):  # the others write "\n"
         source = mutate(source)
-    verdict = TARGET.examine(source, READERS[version], Options())
+    verdict = PATCH.examine(source, READERS[version], Options())
     if verdict.state is State.UNSUPPORTED:
         assert verdict.patched is None and verdict.reason
         return
@@ -220,33 +220,33 @@ def test_mutated_sources_are_patched_correctly_or_refused(version, mutations):
     assert not any(m in REFUSED for m in mutations), f"{[m.__name__ for m in mutations]} should have been refused"
     compile(verdict.patched, PATH, "exec")
     assert_behaves(verdict.patched)
-    assert TARGET.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
+    assert PATCH.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
     if crlf in mutations:
         assert verdict.patched.count("\n") == verdict.patched.count("\r\n")
 
 
 @pytest.mark.parametrize("mutate", HARMLESS, ids=lambda f: f.__name__)
 def test_each_harmless_mutation_is_patched(mutate):
-    verdict = TARGET.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options())
+    verdict = PATCH.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     assert_behaves(verdict.patched)
 
 
 @pytest.mark.parametrize("mutate", REFUSED, ids=lambda f: f.__name__)
 def test_each_structural_mutation_is_refused(mutate):
-    assert TARGET.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options()).state is State.UNSUPPORTED
+    assert PATCH.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options()).state is State.UNSUPPORTED
 
 
 def test_the_behaviour_check_catches_a_wrong_patch():
     """The lifted-forward check is not vacuous: an off-by-one capture fails it."""
-    patched = TARGET.examine(SOURCES["0.17.1"], READERS["0.17.1"], Options()).patched
+    patched = PATCH.examine(SOURCES["0.17.1"], READERS["0.17.1"], Options()).patched
     broken = patched.replace("start=self.start_layer)", "start=self.start_layer + 1)")
     assert broken != patched
     with pytest.raises(AssertionError):
         assert_behaves(broken)
 
 
-# ---------------------------------------------------------------- the other target files
+# ---------------------------------------------------------------- the other patched files
 
 KIMI = "model_executor/models/kimi_k25.py"
 GATE = "config/speculative.py"
@@ -323,14 +323,14 @@ def test_mutated_kimi_wrappers_delegate_or_are_refused(version, mutations):
     source = READERS[version].read(KIMI)
     for mutate in sorted(mutations, key=lambda m: m is crlf):
         source = mutate(source)
-    verdict = KIMI_TARGET.examine(source, READERS[version], Options())
+    verdict = KIMI_PATCH.examine(source, READERS[version], Options())
     if verdict.state is State.UNSUPPORTED:
         assert verdict.patched is None
         return
     assert not any(m in KIMI_REFUSED for m in mutations), [m.__name__ for m in mutations]
     compile(verdict.patched, KIMI, "exec")
     assert_wrapper_delegates(verdict.patched)
-    assert KIMI_TARGET.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
+    assert KIMI_PATCH.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
 
 
 def reflow_whitelist(s: str) -> str:
@@ -370,7 +370,7 @@ def test_mutated_gates_accept_the_new_types_or_are_refused(version, mutations):
     source = original
     for mutate in sorted(mutations, key=lambda m: m is crlf):
         source = mutate(source)
-    verdict = GATE_TARGET.examine(source, read, Options())
+    verdict = GATE_PATCH.examine(source, read, Options())
     if verdict.state is State.UNSUPPORTED:
         assert duplicate_whitelist in mutations and verdict.patched is None
         return

@@ -6,13 +6,13 @@ import libcst as cst
 import pytest
 from helpers.wheel_corpus import ALL_RELEASES, release_tree
 
+from vllm_eagle3_patch.catalog import FAMILIES, every_patch
 from vllm_eagle3_patch.codemod import judge
 from vllm_eagle3_patch.codemod.outline import Outline, outline
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.discovery import discover
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.registry import FAMILIES, every_target
-from vllm_eagle3_patch.target_kinds import Found
+from vllm_eagle3_patch.patch_kinds import Found
 
 SAMPLE = '''\
 """A module."""
@@ -124,33 +124,33 @@ def test_a_codemod_that_changes_a_set_aside_function_is_caught():
 @pytest.mark.parametrize("version", ALL_RELEASES)
 def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(version, monkeypatch):
     """The real files: outlined and whole, each codemod must say and write exactly the same."""
-    assert_outline_changes_nothing(version, every_target(), monkeypatch)
+    assert_outline_changes_nothing(version, every_patch(), monkeypatch)
 
 
 @pytest.mark.parametrize("version", ["0.17.1", "0.21.0", "0.33.0"])
 def test_the_files_of_the_families_found_by_rule_too(version, monkeypatch):
     """The decoder codemod sets aside whole classes it does not look at: on every file the rule finds."""
     release = Release(release_tree(version) / "vllm")
-    registry_own = {target.name for target in every_target()}
-    found_by_rule = [t for t in every_target(Found(discover(release, FAMILIES))) if t.name not in registry_own]
+    catalog_own = {p.name for p in every_patch()}
+    found_by_rule = [t for t in every_patch(Found(discover(release, FAMILIES))) if t.name not in catalog_own]
     assert_outline_changes_nothing(version, found_by_rule, monkeypatch)
 
 
-def assert_outline_changes_nothing(version, targets, monkeypatch) -> None:
+def assert_outline_changes_nothing(version, patches, monkeypatch) -> None:
     package_dir = release_tree(version) / "vllm"
     release = Release(package_dir)
     compared = 0
-    for target in targets:
-        path = target.locate(release)
+    for patch in patches:
+        path = patch.locate(release)
         if path is None:
             continue
         source = (package_dir / path).read_text(encoding="utf-8")
         _, restored = round_trip(source)
         assert restored == source, f"{version} {path}: outline round trip"
-        outlined = target.examine(source, release, Options(aux_layers=(1, 2, 3)))
+        outlined = patch.examine(source, release, Options(aux_layers=(1, 2, 3)))
         with monkeypatch.context() as whole:
             whole.setattr(judge, "outline", lambda source, *_: Outline(source, (), ""))
-            parsed_whole = target.examine(source, release, Options(aux_layers=(1, 2, 3)))
+            parsed_whole = patch.examine(source, release, Options(aux_layers=(1, 2, 3)))
         assert (outlined.state, outlined.reason) == (parsed_whole.state, parsed_whole.reason), f"{version} {path}"
         assert outlined.patched == parsed_whole.patched, f"{version} {path}: patched text differs"
         compared += outlined.state is State.UNPATCHED

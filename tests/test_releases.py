@@ -14,9 +14,9 @@ from helpers.declared_support import declares_eagle3, runner_classes
 from helpers.inner_suite import run_inside
 from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
-from vllm_eagle3_patch.codemod.target import Policy
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, FAMILIES
+from vllm_eagle3_patch.codemod.patch import Policy
 from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES, Release
-from vllm_eagle3_patch.registry import DEEPSEEK_V2, FAMILIES
 
 pytestmark = pytest.mark.matrix  # every release of the corpus, each with its inner suite: the full command's
 
@@ -94,7 +94,7 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
 
 
 RUNNER_CLASSES = runner_classes(FAMILIES)
-"""Every file of the registry's families, and the class in it the runner holds."""
+"""Every file of the catalog's families, and the class in it the runner holds."""
 FAMILY_FILES = set(runner_classes(tuple(f for f in FAMILIES if f.policy is not Policy.REQUIRED)))
 REQUIRED_FILES = set(RUNNER_CLASSES) - FAMILY_FILES
 """DeepSeek's model and Kimi-K2.5's wrapper: vLLM's own EAGLE-3 on every release these tests run."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers.cli import run_cli
 
-from vllm_eagle3_patch.codemod.target import Options, State, Verdict
+from vllm_eagle3_patch.codemod.patch import Options, State, Verdict
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.verdict_cache import StateCache
 
@@ -97,8 +97,8 @@ def test_an_empty_variable_turns_the_cache_off(release, tmp_path):
     assert "libcst" in imports
 
 
-class CountingTarget:
-    """A stand-in target that counts how often it is really asked."""
+class CountingPatch:
+    """A stand-in patch that counts how often it is really asked."""
 
     name = "counting"
     cache_key = "counting"
@@ -113,19 +113,19 @@ class CountingTarget:
 
 
 def test_the_key_holds_the_tool_source_the_text_and_the_options(tmp_path):
-    target = CountingTarget()
+    patch = CountingPatch()
     beside = {"beside.py": "x = 1\n"}
     release = Release(tmp_path, lambda relative: beside.get(relative))
 
     def ask(fingerprint: str, source: str = "a = 1\n", options: Options = Options()) -> Verdict:
-        return StateCache(tmp_path, lambda: fingerprint).examine(target, source, release, options)
+        return StateCache(tmp_path, lambda: fingerprint).examine(patch, source, release, options)
 
     assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)")
-    assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)") and target.calls == 1
+    assert ask("tool-1") == Verdict(State.UNPATCHED, "patchable (6 chars)") and patch.calls == 1
     ask("tool-2")  # a new release of this tool, or of LibCST
     ask("tool-1", source="a = 2\n")
     ask("tool-1", options=Options(aux_layers=(1, 2, 3)))
-    assert target.calls == 4
+    assert patch.calls == 4
     beside["beside.py"] = "x = 2\n"
     ask("tool-1")
-    assert target.calls == 5
+    assert patch.calls == 5

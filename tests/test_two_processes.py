@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from vllm_eagle3_patch.codemod.target import State, Verdict
+from vllm_eagle3_patch.codemod.patch import State, Verdict
 from vllm_eagle3_patch.codemod.two_processes import FEW, judge_all
 from vllm_eagle3_patch.errors import ToolError
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Optional
 
 from . import __version__
-from .codemod.target import Options, State
+from .catalog import every_patch
+from .codemod.patch import Options, State
 from .errors import ToolError
 from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
 from .install.journal import Journal
@@ -27,7 +28,6 @@ from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
 from .plan_words import refusal
-from .registry import every_target
 
 
 class Done(str, enum.Enum):
@@ -68,7 +68,7 @@ def apply(
     accept_modified: bool = False,
     only: Optional[tuple[str, ...]] = None,
 ) -> Outcome:
-    """Patch every target file, or refuse with nothing written.
+    """Patch every file to patch, or refuse with nothing written.
 
     ``options`` None keeps the last apply's choices; ``accept_modified`` takes files that differ
     from vLLM's RECORD for their originals.
@@ -234,8 +234,8 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
         state_dir.sweep(manifest.files)
         restores, overwritten, reinstalled = [], [], []
         for path, record in manifest.files.items():
-            target = install.package_dir / path
-            current = target.read_bytes() if target.exists() else b""
+            file = install.package_dir / path
+            current = file.read_bytes() if file.exists() else b""
             digest = sha256(current)
             if digest == record.sha256_before:
                 continue
@@ -244,9 +244,7 @@ def revert(install: VllmInstall, force: bool = False) -> Outcome:
                 continue
             if digest != record.sha256_after:
                 if not force:
-                    raise ToolError(
-                        f"{target}: changed since apply; not reverting (use --force to restore the original)"
-                    )
+                    raise ToolError(f"{file}: changed since apply; not reverting (use --force to restore the original)")
                 overwritten.append(path)
             restores.append((path, state_dir.read_backup(path, record), current))
         state_dir.save_journal(Journal("revert", {path: sha256(original) for path, original, _ in restores}))
@@ -330,10 +328,10 @@ def _restore_manifest(state_dir: StateDir, previous: Optional[Manifest]) -> None
 
 def unwritable(package_dir: Path) -> Optional[Path]:
     """The first place apply writes that this user may not (None: it may write them all): the state
-    directory (or the package, which will hold it) and the directories of the targets."""
+    directory (or the package, which will hold it) and the directories of the files to patch."""
     state_dir = package_dir / STATE_DIR
     places = [state_dir, state_dir / "lock"] if state_dir.is_dir() else [package_dir]
-    places += dict.fromkeys((package_dir / target.default_path).parent for target in every_target())
+    places += dict.fromkeys((package_dir / patch.default_path).parent for patch in every_patch())
     return next((place for place in places if place.exists() and not os.access(place, os.W_OK)), None)
 
 

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional, Sequence
 
 from . import PROG, __version__, changes, output
-from .codemod.target import Options, State
+from .architecture_verdicts import architecture_verdicts
+from .catalog import FAMILIES
+from .codemod.patch import Options, State
 from .drafters import doctor, drafter_config
-from .drafters.architectures import architecture_verdicts
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids
 from .errors import ToolError
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
-from .registry import FAMILIES
 from .render import json_objects, text
 from .verification import verify
 
@@ -210,7 +210,7 @@ EXIT_CODES = (
 
 
 def description() -> str:
-    """What the tool covers, from its own registry, so it cannot go stale."""
+    """What the tool covers, from its own catalog, so it cannot go stale."""
     families = ", ".join(family.name for family in FAMILIES)
     return (
         f"Give an installed vLLM EAGLE-3 speculative decoding for the model families it lacks it for ({families}; "
@@ -284,7 +284,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    plan = make_plan(find_install(args), only=only(args))
+    plan = make_plan(find_install(args), only=chosen_architectures(args))
     diff = text.unified_diff(plan)
     if args.json:
         output.emit_json(json_objects.diff_object(plan, diff))
@@ -306,20 +306,20 @@ def chosen_options(args: argparse.Namespace) -> Optional[Options]:
     return None
 
 
-def only(args: argparse.Namespace) -> Optional[tuple[str, ...]]:
+def chosen_architectures(args: argparse.Namespace) -> Optional[tuple[str, ...]]:
     return tuple(args.only) if args.only else None
 
 
 def run_apply(args: argparse.Namespace) -> int:
     install, options = find_install(args), chosen_options(args)
     if args.dry_run:
-        plan = make_plan(install, options, accept_modified=args.accept_modified, only=only(args))
+        plan = make_plan(install, options, accept_modified=args.accept_modified, only=chosen_architectures(args))
         if args.json:
             output.emit_json(json_objects.dry_run_object(plan))
         elif not args.quiet:
             text.print_plan(plan)
         return 0
-    outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=only(args))
+    outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=chosen_architectures(args))
     return report(args, outcome, install)
 
 

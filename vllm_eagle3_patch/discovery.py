@@ -1,10 +1,10 @@
-"""Families by rule: every registered text-generation architecture the hand-kept registry does not name.
+"""Families by rule: every registered text-generation architecture the hand-kept catalog does not name.
 
 The release's registry maps each architecture to a module and class; the runner holds that class.
 Its chain (its bases, resolved through the files' own imports) is walked for the first class whose
 ``__init__`` builds a model class of its own file (``self.model = MixtralModel(...)``,
 ``self.transformer = GPT2Model(...)``): that class is the causal LM, the model is the decoder,
-and the pair is a :class:`~vllm_eagle3_patch.codemod.family.Family` like the registry's.  Whether
+and the pair is a :class:`~vllm_eagle3_patch.codemod.family.Family` like the catalog's.  Whether
 the decoder's ``forward`` has a loop the codemod recognises is the codemod's to say (the file's
 verdict), so every architecture found here ends patchable or refused with the codemod's reason.
 What structure cannot tell, the model type the speculative-config gate judges, is the one table

@@ -1,4 +1,4 @@
-"""The plan: for every target file, what it is now, what it was, and what ``apply`` would write.
+"""The plan: for every file to patch, what it is now, what it was, and what ``apply`` would write.
 
 ``status``, ``diff`` and ``apply`` all read the same plan; only what they do with it differs.
 """
@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Optional
 
-from .codemod.target import Options, Policy, State, Target, Verdict
+from .catalog import FAMILIES, planned_patches
+from .codemod.patch import Options, Patch, Policy, State, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
 from .eagle3.release import Release
@@ -17,19 +18,18 @@ from .install.journal import Interruption
 from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
+from .patch_kinds import Found
 from .plan_words import Families, FileFact, Standing, file_reason, plan_reason
-from .registry import FAMILIES, planned_targets
-from .target_kinds import Found
 from .verdict_cache import StateCache, default_directory
 
 
 @dataclass(frozen=True)
 class FilePlan:
-    """One target file.  ``desired`` is the full text ``apply`` would leave (None: leave it)."""
+    """One file to patch.  ``desired`` is the full text ``apply`` would leave (None: leave it)."""
 
     path: str
     """Relative to the ``vllm`` package directory."""
-    target: str
+    patch: str
     state: State
     fact: FileFact
     """What the plan found the file to be: the kind of its reason (``plan_words.py`` says it)."""
@@ -121,13 +121,13 @@ def make_plan(
     accept_modified: bool = False,
     only: Optional[tuple[str, ...]] = None,
 ) -> Plan:
-    """Look at every target file of ``install``.
+    """Look at every file to patch of ``install``.
 
     ``options`` None means "as recorded": a later ``apply`` keeps the choices (layer ids)
     of the earlier one unless the user gives new ones (``Options()`` is the default ids).
     ``states_only`` (``status``) skips writing out the patched texts: its files have no ``desired``
     text.  ``accept_modified`` takes files that differ from vLLM's RECORD for originals all the same.
-    The targets are those of the registry's entries (``registry.TARGETS``: the families' files and those
+    The patches are those of the catalog's entries (``catalog.PATCHES``: the families' files and those
     found by rule in the release's own registry, ``discovery.py``), the entries planned after the model files
     handed their verdicts; ``only`` (architecture names, ``apply --only``) keeps the model files serving
     those architectures, the files an earlier ``apply`` patched, the proposer and the gate.
@@ -147,23 +147,23 @@ def make_plan(
     )
     found = Found(discovery, only, release, _before_apply(state_dir, manifest))
     wanted = None if only is None else serving(release, only, (*FAMILIES, *discovery.families), discovery)
-    targets = _asked_for(planned_targets(found, after_model_files=False), wanted, release, manifest)
+    patches = _asked_for(planned_patches(found, after_model_files=False), wanted, release, manifest)
     context = FileContext(
         release,
         state_dir,
         options,
         recorded,
         Originals(install, accept_modified),
-        JudgedAhead() if states_only else judge_ahead(release, options, manifest, targets),
+        JudgedAhead() if states_only else judge_ahead(release, options, manifest, patches),
         StateCache(default_directory()) if states_only else None,
         unreadable,
     )
-    files = _plan_targets(context, manifest, targets)
+    files = _plan_patches(context, manifest, patches)
     eagle3 = frozenset(f.family for f in files if f.family and f.state in (State.UNPATCHED, State.PATCHED))
     later = _asked_for(
-        planned_targets(replace(found, eagle3=eagle3), after_model_files=True), wanted, release, manifest
+        planned_patches(replace(found, eagle3=eagle3), after_model_files=True), wanted, release, manifest
     )
-    files += _plan_targets(context, manifest, later)
+    files += _plan_patches(context, manifest, later)
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
@@ -197,30 +197,30 @@ def _before_apply(state_dir: StateDir, manifest: Optional[Manifest]) -> Callable
 
 
 def _asked_for(
-    targets: tuple[Target, ...], wanted: Optional[set[str]], release: Release, manifest: Optional[Manifest]
-) -> tuple[Target, ...]:
-    """With ``--only`` (``wanted``: the families serving its architectures): the targets serving them, those
+    patches: tuple[Patch, ...], wanted: Optional[set[str]], release: Release, manifest: Optional[Manifest]
+) -> tuple[Patch, ...]:
+    """With ``--only`` (``wanted``: the families serving its architectures): the patches serving them, those
     an earlier ``apply`` patched, and those serving every family (the proposer, the gate)."""
     if wanted is None:
-        return targets
+        return patches
     applied = set(manifest.files) if manifest else set()
     return tuple(
-        t for t in targets if not t.serves_families or wanted & set(t.serves_families) or t.locate(release) in applied
+        t for t in patches if not t.serves_families or wanted & set(t.serves_families) or t.locate(release) in applied
     )
 
 
-def _plan_targets(context: FileContext, manifest: Optional[Manifest], targets: Iterable[Target]) -> list[FilePlan]:
+def _plan_patches(context: FileContext, manifest: Optional[Manifest], patches: Iterable[Patch]) -> list[FilePlan]:
     files = []
-    for target in targets:
-        path = target.locate(context.release)
+    for patch in patches:
+        path = patch.locate(context.release)
         if path is None:
-            if target.policy is Policy.REQUIRED:
-                files.append(FilePlan(target.default_path, target.name, State.UNSUPPORTED, FileFact.NOT_FOUND, b""))
+            if patch.policy is Policy.REQUIRED:
+                files.append(FilePlan(patch.default_path, patch.name, State.UNSUPPORTED, FileFact.NOT_FOUND, b""))
             continue
         manifested = manifest.files.get(path) if manifest else None
-        planned = _falling_short(target, _plan_file(context, target, path, manifested))
-        optional = target.policy is Policy.OPTIONAL
-        files.append(replace(planned, optional=optional, family=target.serves, vllm_version=context.version))
+        planned = _falling_short(patch, _plan_file(context, patch, path, manifested))
+        optional = patch.policy is Policy.OPTIONAL
+        files.append(replace(planned, optional=optional, family=patch.serves, vllm_version=context.version))
     return files
 
 
@@ -267,16 +267,16 @@ class JudgedAhead:
 
 
 def judge_ahead(
-    release: Release, options: Options, manifest: Optional[Manifest], targets: tuple[Target, ...]
+    release: Release, options: Options, manifest: Optional[Manifest], patches: tuple[Patch, ...]
 ) -> JudgedAhead:
-    """The files of ``targets`` not yet patched (one target per file), judged with ``options``."""
+    """The files of ``patches`` not yet patched (one patch per file), judged with ``options``."""
     patched = set(manifest.files) if manifest else set()
-    sources: dict[str, tuple[Target, str]] = {}
-    for target in targets:
-        path = target.locate(release)
+    sources: dict[str, tuple[Patch, str]] = {}
+    for patch in patches:
+        path = patch.locate(release)
         if path is not None and path not in patched:
             try:  # as the plan will read it: the bytes, decoded (no newline translation)
-                sources[path] = (target, (release.package_dir / path).read_bytes().decode("utf-8"))
+                sources[path] = (patch, (release.package_dir / path).read_bytes().decode("utf-8"))
             except (OSError, UnicodeDecodeError):
                 pass
     jobs = [lambda t=t, s=s: t.examine(s, release, options) for t, s in sources.values()]
@@ -293,7 +293,7 @@ def _text(verdict: Verdict) -> Optional[bytes]:
 
 @dataclass(frozen=True)
 class FileContext:
-    """What planning every file shares: the tree, its state, the options, how to ask a target."""
+    """What planning every file shares: the tree, its state, the options, how to ask a patch."""
 
     release: Release
     state_dir: StateDir
@@ -315,56 +315,56 @@ class FileContext:
     def version(self) -> str:
         return self.originals.install.version
 
-    def verdict(self, target: Target, path: str, data: bytes) -> Verdict:
+    def verdict(self, patch: Patch, path: str, data: bytes) -> Verdict:
         try:
             source = data.decode("utf-8")
         except UnicodeDecodeError:
             return Verdict(State.UNSUPPORTED, "not UTF-8 text")
         if self.state_cache is not None:
-            return self.state_cache.examine(target, source, self.release, self.options)
+            return self.state_cache.examine(patch, source, self.release, self.options)
         ahead = self.judged_ahead.verdict(path, source)
-        return ahead if ahead is not None else target.examine(source, self.release, self.options)
+        return ahead if ahead is not None else patch.examine(source, self.release, self.options)
 
 
-def _plan_file(context: FileContext, target: Target, path: str, manifested: Optional[FileRecord]) -> FilePlan:
+def _plan_file(context: FileContext, patch: Patch, path: str, manifested: Optional[FileRecord]) -> FilePlan:
     state_dir, originals = context.state_dir, context.originals
     current = (state_dir.package_dir / path).read_bytes()
     if manifested is not None and sha256(current) == manifested.sha256_after:
         original = state_dir.read_backup(path, manifested)
-        # Re-run the codemod only when the options changed (or the target's own inputs may have: the
+        # Re-run the codemod only when the options changed (or the patch's own inputs may have: the
         # gate's types follow the files patched with it): status stays a hash check.
-        replanned = target.replanned and not context.states_only
+        replanned = patch.replanned and not context.states_only
         same = context.options == context.recorded and not replanned
-        desired = current if same else _text(context.verdict(target, path, original))
+        desired = current if same else _text(context.verdict(patch, path, original))
         installed = originals.compare(path, manifested.sha256_before, manifested.accepted_modified)
-        return FilePlan(path, target.name, State.PATCHED, FileFact.APPLIED, current, original, desired, installed)
-    verdict = context.verdict(target, path, current)
+        return FilePlan(path, patch.name, State.PATCHED, FileFact.APPLIED, current, original, desired, installed)
+    verdict = context.verdict(patch, path, current)
     if verdict.state is State.PATCHED:
         if manifested is not None:
-            return FilePlan(path, target.name, State.MODIFIED, FileFact.CHANGED_SINCE_APPLY, current)
+            return FilePlan(path, patch.name, State.MODIFIED, FileFact.CHANGED_SINCE_APPLY, current)
         unrecorded = FileFact.UNREADABLE_MANIFEST if context.unreadable_state else FileFact.UNRECORDED
-        return FilePlan(path, target.name, State.PATCHED, unrecorded, current)
+        return FilePlan(path, patch.name, State.PATCHED, unrecorded, current)
     installed = originals.compare(path, sha256(current))
     if installed.check is RecordCheck.MODIFIED:
         if manifested is not None and originals.compare(path, manifested.sha256_before).check is RecordCheck.MATCHES:
             # Edited after apply, marks and all: the backup is vLLM's original, these bytes never replace it.
-            return FilePlan(path, target.name, State.MODIFIED, FileFact.MARKS_GONE, current, installed=installed)
+            return FilePlan(path, patch.name, State.MODIFIED, FileFact.MARKS_GONE, current, installed=installed)
         if originals.accept_modified:
             installed = originals.compare(path, sha256(current), accepted_modified=True)
         elif verdict.state is State.UNPATCHED:
             modified = FileFact.MODIFIED_SINCE_INSTALL
-            return FilePlan(path, target.name, State.MODIFIED, modified, current, installed=installed)
+            return FilePlan(path, patch.name, State.MODIFIED, modified, current, installed=installed)
     stale = manifested is not None  # the manifest names the file, but these are not the bytes apply wrote
-    judged = FilePlan(path, target.name, verdict.state, FileFact.JUDGED, current, current, _text(verdict), installed)
+    judged = FilePlan(path, patch.name, verdict.state, FileFact.JUDGED, current, current, _text(verdict), installed)
     return replace(judged, stale=stale, verdict_reason=verdict.reason)
 
 
-def _falling_short(target: Target, file: FilePlan) -> FilePlan:
-    """A file patched for less than the target adds now (a gate missing model types) is not ``patched``:
+def _falling_short(patch: Patch, file: FilePlan) -> FilePlan:
+    """A file patched for less than the patch adds now (a gate missing model types) is not ``patched``:
     the next ``apply`` (which plans it from its original) completes it."""
     if file.state is not State.PATCHED:
         return file
-    short = target.falls_short(file.current.decode("utf-8", "replace"))
+    short = patch.falls_short(file.current.decode("utf-8", "replace"))
     if not short:
         return file
     return replace(file, state=State.UNPATCHED, short=tuple(short))
@@ -390,8 +390,8 @@ def overall_state(files: tuple[FilePlan, ...]) -> Standing:
     """
     left_alone = [f for f in files if f.optional and f.state is State.UNSUPPORTED]
     counted = [f for f in files if f not in left_alone] or list(files)
-    registry = {family.name for family in FAMILIES}
-    left_alone.sort(key=lambda f: f.family not in registry)  # the registry's families first, then the rule's
+    catalogued = {family.name for family in FAMILIES}
+    left_alone.sort(key=lambda f: f.family not in catalogued)  # the catalog's families first, then the rule's
     return replace(_least_finished(counted), left_alone=tuple(f.path for f in left_alone))
 
 
@@ -416,7 +416,7 @@ def telling_first(file: FilePlan) -> tuple[bool, bool]:
 
 
 def _families(files: Iterable[FilePlan]) -> Families:
-    """The model families the files serve, in registry order (the gate and proposer serve them
+    """The model families the files serve, in the catalog's order (the gate and proposer serve them
     all), and how many more architectures' files the rule found (``status --architectures`` names them)."""
     names = {f.family for f in files if f.family}
     listed = tuple(family.name for family in FAMILIES if family.name in names)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import __version__
-from .codemod.target import State
+from .codemod.patch import State
 from .install.locate import VllmInstall
 from .install.record import Comparison, RecordCheck
 
@@ -90,7 +90,7 @@ def _original_note(installed: Optional[Comparison], version: str, subject: str) 
 
 @dataclass(frozen=True)
 class Families:
-    """The model families some files serve: the registry's by name, in its order, and how many more the rule found."""
+    """The model families some files serve: the catalog's by name, in its order, and how many more the rule found."""
 
     named: tuple[str, ...] = ()
     found: int = 0
@@ -111,7 +111,7 @@ class Standing:
     native: Families = Families()
     """The families this vLLM serves with EAGLE-3 itself."""
     left_alone: tuple[str, ...] = ()
-    """The optional files left alone as unsupported, the registry's families first."""
+    """The optional files left alone as unsupported, the catalog's families first."""
 
 
 def plan_reason(standing: Standing, unreadable: Optional[str], stale_for: Optional[str], stale_files: int) -> str:

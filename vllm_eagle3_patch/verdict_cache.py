@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
 from . import patches
-from .codemod.target import Options, State, Target, Verdict
+from .codemod.patch import Options, Patch, State, Verdict
 from .eagle3.release import ReadFile, Release
 from .install.fileio import write_atomically
 
@@ -41,7 +41,7 @@ def default_directory() -> Optional[Path]:
 
 @cache
 def tool_fingerprint() -> str:
-    """A hash of every source file that decides a verdict: this package (the registry and its
+    """A hash of every source file that decides a verdict: this package (the catalog and its
     codemods included), LibCST's version."""
     package = Path(__file__).parent
     sources = [*package.rglob("*.py"), *Path(patches.__path__[0]).glob("*.py")]
@@ -61,16 +61,16 @@ class StateCache:
         self.directory = directory
         self._fingerprint = fingerprint
 
-    def examine(self, target: Target, source: str, release: Release, options: Options) -> Verdict:
-        """``target.examine`` without its patched text, from the cache when the inputs are the same."""
+    def examine(self, patch: Patch, source: str, release: Release, options: Options) -> Verdict:
+        """``patch.examine`` without its patched text, from the cache when the inputs are the same."""
         if self.directory is None:
-            return _state_only(target.examine(source, release, options))
-        path = self.directory / f"{self._key(target, source, options)}.json"
+            return _state_only(patch.examine(source, release, options))
+        path = self.directory / f"{self._key(patch, source, options)}.json"
         cached = _load(path, release.read)
         if cached is not None:
             return cached
         reads: dict[str, Optional[str]] = {}
-        verdict = target.examine(source, release.reading_through(_recording(release.read, reads)), options)
+        verdict = patch.examine(source, release.reading_through(_recording(release.read, reads)), options)
         entry = {"state": verdict.state.value, "reason": verdict.reason, "reads": reads}
         try:
             write_atomically(path, json.dumps(entry).encode("utf-8"), concurrent=True)
@@ -111,8 +111,8 @@ class StateCache:
             pass
         return value
 
-    def _key(self, target: Target, source: str, options: Options) -> str:
-        parts = [self._fingerprint(), type(target).__module__, target.cache_key, options.aux_layers, _digest(source)]
+    def _key(self, patch: Patch, source: str, options: Options) -> str:
+        parts = [self._fingerprint(), type(patch).__module__, patch.cache_key, options.aux_layers, _digest(source)]
         return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
 
 

@@ -24,11 +24,11 @@ from helpers.toy_decoders import IMPORT, LOOPS, Eagle3, load, toy_family, toy_so
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER
-from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
-from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperTarget
+from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -200,7 +200,7 @@ def test_a_collecting_mixin_decoder_keeps_its_forward_and_the_causal_lm_gets_the
     decoder keeps upstream's capture, its ids made global on every stage (the capture before the loop
     names the stage's first layer, ``self.start_layer``, not 0) and set by ``__init__`` as everywhere,
     and the mixin's capture appends a copy where it would append the bare tensor."""
-    patched = DecoderTarget(TOY).examine(MIXIN_SOURCE, reader(runner=MIXIN_RUNNER), Options()).patched
+    patched = DecoderPatch(TOY).examine(MIXIN_SOURCE, reader(runner=MIXIN_RUNNER), Options()).patched
     model_part, causal_lm_part = patched.split("class ToyForCausalLM")
     expected = (
         MIXIN_SOURCE.split("class ToyForCausalLM")[0]
@@ -228,13 +228,13 @@ def test_a_collecting_mixin_decoder_keeps_its_forward_and_the_causal_lm_gets_the
 def test_a_mixin_decoder_with_local_ids_is_refused():
     """A mixin loop not enumerated from self.start_layer would capture stage-local ids."""
     local = MIXIN_SOURCE.replace(", start=self.start_layer)", ")")
-    verdict = DecoderTarget(TOY).examine(local, reader(runner=MIXIN_RUNNER), Options())
+    verdict = DecoderPatch(TOY).examine(local, reader(runner=MIXIN_RUNNER), Options())
     assert verdict.state is State.UNSUPPORTED and "enumerated from self.start_layer" in verdict.reason
 
 
 @pytest.mark.parametrize(("code", "reason"), REFUSED)
 def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
-    verdict = DecoderTarget(TOY).examine(code, reader(), Options())
+    verdict = DecoderPatch(TOY).examine(code, reader(), Options())
     assert verdict.state is State.UNSUPPORTED and reason in verdict.reason
     assert verdict.patched is None
 
@@ -286,7 +286,7 @@ def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
     ],
 )
 def test_target_states(code, read, state, reason):
-    verdict = DecoderTarget(TOY).examine(code, read, Options())
+    verdict = DecoderPatch(TOY).examine(code, read, Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
 
 
@@ -298,19 +298,19 @@ def test_the_getter_is_named_as_the_release_runner_asks(runner, getter, other):
     """From 0.18.0 the runner asks get_eagle3_default_aux_hidden_state_layers; the model and the
     wrapper must answer under that name, or SupportsEagle3's default (the mixin's) would."""
     read = reader(runner=runner, model=source())
-    model = DecoderTarget(TOY).examine(source(), read, Options()).patched
-    wrapper = WrapperTarget(TOY).examine(WRAPPER_SOURCE, read, Options()).patched
+    model = DecoderPatch(TOY).examine(source(), read, Options()).patched
+    wrapper = WrapperPatch(TOY).examine(WRAPPER_SOURCE, read, Options()).patched
     assert f"    def {getter}(self) -> tuple[int, ...]:  # vllm-eagle3-patch\n" in model
     assert f"        return self.language_model.{getter}()\n" in wrapper
     assert other not in model + wrapper
-    fixed = DecoderTarget(TOY).examine(source(), read, Options(aux_layers=(1, 2, 3))).patched
+    fixed = DecoderPatch(TOY).examine(source(), read, Options(aux_layers=(1, 2, 3))).patched
     assert f"    def {getter}(self) -> tuple[int, ...]:  # vllm-eagle3-patch\n" in fixed and other not in fixed
 
 
 def test_protocol_follows_the_release():
-    without = DecoderTarget(TOY).examine(source(), reader(interfaces="class SupportsPP: ..."), Options())
+    without = DecoderPatch(TOY).examine(source(), reader(interfaces="class SupportsPP: ..."), Options())
     assert without.state is State.UNPATCHED and "SupportsEagle3" not in without.patched
-    assert "SupportsEagle3" in DecoderTarget(TOY).examine(source(), reader(), Options()).patched
+    assert "SupportsEagle3" in DecoderPatch(TOY).examine(source(), reader(), Options()).patched
 
 
 @pytest.mark.parametrize("docstring", ["", '    """The decoder."""\n'])
@@ -442,7 +442,7 @@ class TestInheritedForward(CodemodTest):
 )
 def test_an_inherited_forward_follows_its_family(code, model, state, reason):
     files = {} if model is None else {"model": model}
-    verdict = DecoderTarget(CHILD).examine(code, reader(**files), Options())
+    verdict = DecoderPatch(CHILD).examine(code, reader(**files), Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
 
 
@@ -468,8 +468,8 @@ def test_the_methods_reach_the_decoder_under_its_own_attributes(shape):
 
 
 def test_two_causal_lms_holding_one_model_patch_it_once():
-    target = DecoderTarget(toy_family(), toy_family(causal_lm="ToyChatForCausalLM"))
-    verdict = target.examine(toy_source("pair-islice"), reader(), Options())
+    one_patch = DecoderPatch(toy_family(), toy_family(causal_lm="ToyChatForCausalLM"))
+    verdict = one_patch.examine(toy_source("pair-islice"), reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     code = verdict.patched
     assert code.count("aux_layer_ids = self.aux_hidden_state_layers") == 1

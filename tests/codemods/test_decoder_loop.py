@@ -35,10 +35,10 @@ from helpers.toy_decoders import (
     toy_source,
 )
 
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.class_chain import ChainReader
-from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 from vllm_eagle3_patch.patches.decoder_loop import loop_shape, read_forward
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
@@ -79,7 +79,7 @@ def test_a_staged_model_runs_all_its_layers_only_where_it_numbers_them_from_0(ca
     """With pipeline stages, ``for layer in self.layers`` is not the decoder's loop; the hybrid models'
     ``for i, layer in enumerate(self.layers)`` is (global ids)."""
     staged = toy_source(case).replace("        self.embed_tokens = None\n", STAGED_INIT, 1)
-    verdict = DecoderTarget(toy_family()).examine(staged, reader(), Options())
+    verdict = DecoderPatch(toy_family()).examine(staged, reader(), Options())
     assert (verdict.state is State.UNPATCHED) is runs_the_decoder, verdict.reason
 
 
@@ -91,7 +91,7 @@ def test_the_class_chain_takes_a_class_with_a_loop_where_a_decoder_loop_stands_f
     for code, loops in ((toy_source("pair-islice"), True), (elsewhere, True), (nested, False)):
         chains = ChainReader({"model_executor/models/toy.py": code}.get)
         assert chains.chain("model_executor.models.toy", "ToyModel").classes[0].loops is loops  # type: ignore[union-attr]
-    verdict = DecoderTarget(toy_family()).examine(elsewhere, reader(), Options())
+    verdict = DecoderPatch(toy_family()).examine(elsewhere, reader(), Options())
     assert verdict.state is State.UNSUPPORTED and "expected a loop over self.layers" in verdict.reason
 
 
@@ -185,7 +185,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("code", "reason"), REFUSED)
 def test_unrecognised_sources_are_refused_with_the_reason(code, reason):
-    verdict = DecoderTarget(TOY).examine(code, reader(), Options())
+    verdict = DecoderPatch(TOY).examine(code, reader(), Options())
     assert verdict.state is State.UNSUPPORTED and reason in verdict.reason
     assert verdict.patched is None
 
@@ -230,8 +230,8 @@ class ToyDecoderLayer(nn.Module):
 def test_layers_that_add_their_own_residual_hand_on_the_stream_in_hidden_states(code):
     """The stream is what the next layer is given: ``hidden_states`` alone, when the layers are not handed
     the residual (StableLM) or never read it (EXAONE-4's post-norm layers)."""
-    target = DecoderTarget(toy_family())
-    verdict = target.examine(code, reader(), Options())
+    patch = DecoderPatch(toy_family())
+    verdict = patch.examine(code, reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     patched = verdict.patched.replace(IMPORT, "")
     model = object.__new__(load(patched)["ToyModel"])

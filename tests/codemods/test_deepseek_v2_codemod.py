@@ -1,5 +1,5 @@
 """DeepSeek-V2/V3 through the generic decoder codemod, on a small synthetic source (no vLLM code here):
-the whole patched text, written out, and its target's verdicts.  The codemod's edge cases, for every
+the whole patched text, written out, and its patch's verdicts.  The codemod's edge cases, for every
 family, are in ``test_decoder_eagle3_codemod.py``."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import pytest
 from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
-from vllm_eagle3_patch.registry import DEEPSEEK_V2
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
-TARGET = DecoderTarget(DEEPSEEK_V2)
+PATCH = DecoderPatch(DEEPSEEK_V2)
 
 MODEL_TEMPLATE = """\
 {imports}
@@ -128,7 +128,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
 
 def examine(code: str):
     read = lambda path: "class SupportsEagle3(Protocol): ..." if "interfaces" in path else "set_aux_hidden_state_layers"
-    return TARGET.examine(code, Release(Path("/nowhere"), read), Options())
+    return PATCH.examine(code, Release(Path("/nowhere"), read), Options())
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def examine(code: str):
     ],
 )
 def test_unrecognised_sources_are_refused_with_the_reason(mutation, reason):
-    """Through DeepSeek's own target (the generic codemod's edge cases: test_decoder_eagle3_codemod.py)."""
+    """Through DeepSeek's own patch (the generic codemod's edge cases: test_decoder_eagle3_codemod.py)."""
     verdict = examine(mutation(source()))
     assert verdict.state is State.UNSUPPORTED
     assert reason in verdict.reason

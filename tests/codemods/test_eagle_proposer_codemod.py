@@ -12,11 +12,11 @@ from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.codemod.cst_tools import MARK
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES, Release
 from vllm_eagle3_patch.patches.eagle_proposer import (
+    PATCH,
     READER,
-    TARGET,
     ImageTokenFromConfig,
     names_target,
 )
@@ -173,7 +173,7 @@ class SketchProposer:
 
 
 def examine(code: str):
-    return TARGET.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
+    return PATCH.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
 
 
 def test_only_the_new_line_and_the_reader_header_carry_the_mark():
@@ -304,12 +304,12 @@ def test_located_where_a_proposer_copies_the_image_token(tmp_path):
     base, eagle = PROPOSER_FILES
     (tmp_path / eagle).parent.mkdir(parents=True)
     (tmp_path / eagle).write_text(PROPOSER.replace(CHAIN, "        pass\n"))
-    assert TARGET.locate(Release(tmp_path)) is None
+    assert PATCH.locate(Release(tmp_path)) is None
     (tmp_path / eagle).write_text(PROPOSER)
-    assert TARGET.locate(Release(tmp_path)) == eagle
+    assert PATCH.locate(Release(tmp_path)) == eagle
     (tmp_path / base).write_text(PROPOSER)
     (tmp_path / eagle).write_text("class EagleProposer(SketchProposer):\n    pass\n")
-    assert TARGET.locate(Release(tmp_path)) == base
+    assert PATCH.locate(Release(tmp_path)) == base
 
 
 def test_a_proposer_names_a_target_only_as_a_string():

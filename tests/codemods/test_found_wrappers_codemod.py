@@ -11,9 +11,9 @@ from helpers.decoder_sources import TOY, WRAPPER_SOURCE, reader, source
 
 from vllm_eagle3_patch.codemod.cst_tools import parse
 from vllm_eagle3_patch.codemod.family import CHECKPOINTS_MODEL, FoundWrapper, Wrapper
-from vllm_eagle3_patch.codemod.target import Options, Policy, State
+from vllm_eagle3_patch.codemod.patch import Options, Policy, State
 from vllm_eagle3_patch.eagle3.release import GETTER
-from vllm_eagle3_patch.patches.wrapper_eagle3 import FoundWrappersEagle3, FoundWrappersTarget
+from vllm_eagle3_patch.patches.wrapper_eagle3 import FoundWrappersEagle3, FoundWrappersPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -120,15 +120,13 @@ def patched_module(source_text: str, *wrappers: FoundWrapper) -> dict:
 )
 def test_a_wrapper_follows_its_language_models_family(model, state, reason) -> None:
     files = {} if model is None else {"model": model}
-    target = FoundWrappersTarget(PATH, (found(family=TOY),))
-    verdict = target.examine(WRAPPER_SOURCE, reader(**files), Options())
+    patch = FoundWrappersPatch(PATH, (found(family=TOY),))
+    verdict = patch.examine(WRAPPER_SOURCE, reader(**files), Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
-    assert target.policy is Policy.OPTIONAL  # a user of another model loses nothing when it cannot be patched
+    assert patch.policy is Policy.OPTIONAL  # a user of another model loses nothing when it cannot be patched
 
 
 def test_a_native_or_checkpoint_language_model_needs_no_family_file() -> None:
-    target = FoundWrappersTarget(
-        PATH, (found(), found("ToyForConditionalGeneration", language_model=CHECKPOINTS_MODEL))
-    )
-    assert len(target.wrappers) == 1  # one class, once
-    assert target.examine(WRAPPER_SOURCE, reader(), Options()).state is State.UNPATCHED
+    patch = FoundWrappersPatch(PATH, (found(), found("ToyForConditionalGeneration", language_model=CHECKPOINTS_MODEL)))
+    assert len(patch.wrappers) == 1  # one class, once
+    assert patch.examine(WRAPPER_SOURCE, reader(), Options()).state is State.UNPATCHED

@@ -18,9 +18,9 @@ from helpers.decoder_sources import (
 )
 
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -122,7 +122,7 @@ def test_a_model_running_its_parents_forward_relays_as_the_parent_does(parent: s
     """A subclass running a patched forward of another file (LongCat-Flash's n-gram model) gets the relaying
     setter only where that file's patch makes the forward carry aux states across ranks."""
     release = reader(model=parent, **RELAYING_RELEASE)
-    verdict = DecoderTarget(CHILD).examine(CHILD_SOURCE, release, Options())
+    verdict = DecoderPatch(CHILD).examine(CHILD_SOURCE, release, Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     child = verdict.patched or ""
     assert ("decoder._aux_slot_base_cached = len(upstream)" in child) is relays

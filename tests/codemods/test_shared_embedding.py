@@ -11,8 +11,8 @@ from helpers.decoder_sources import TOY, reader, source
 from helpers.toy_decoders import IMPORT, Eagle3, load, toy_family, toy_source
 
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.target import Options, State
-from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderTarget
+from vllm_eagle3_patch.codemod.patch import Options, State
+from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -100,7 +100,7 @@ def test_the_proposer_finds_the_embedding_in_every_layout(layout):
     namespace = {"VocabParallelEmbedding": VocabParallelEmbedding}
     with pytest.raises(AttributeError):  # as vLLM wrote it, the proposer fails
         proposer_embedding(load(code, extra=namespace)["ToyForCausalLM"]())
-    verdict = DecoderTarget(toy_family(decoder=decoder)).examine(code, reader(), Options())
+    verdict = DecoderPatch(toy_family(decoder=decoder)).examine(code, reader(), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     causal_lm = load(verdict.patched.replace(IMPORT, ""), Eagle3, extra=namespace)["ToyForCausalLM"]()
     embedding = causal_lm
@@ -124,7 +124,7 @@ def test_the_proposer_finds_the_embedding_in_every_layout(layout):
     ids=["no-embedding", "two-embeddings"],
 )
 def test_a_target_whose_embedding_is_not_clear_is_refused(change, reason):
-    verdict = DecoderTarget(toy_family()).examine(toy_source("pair-islice").replace(*change), reader(), Options())
+    verdict = DecoderPatch(toy_family()).examine(toy_source("pair-islice").replace(*change), reader(), Options())
     assert verdict.state is State.UNSUPPORTED and reason in verdict.reason, verdict.reason
 
 
@@ -132,5 +132,5 @@ def test_a_causal_lm_keeping_something_else_in_self_model_is_refused():
     code = toy_source("single-h-gpt2", decoder="transformer").replace(
         "self.transformer = ToyModel()\n", "self.transformer = ToyModel()\n        self.model = None\n", 1
     )
-    verdict = DecoderTarget(toy_family(decoder="self.transformer")).examine(code, reader(), Options())
+    verdict = DecoderPatch(toy_family(decoder="self.transformer")).examine(code, reader(), Options())
     assert verdict.state is State.UNSUPPORTED and "something else in self.model" in verdict.reason, verdict.reason

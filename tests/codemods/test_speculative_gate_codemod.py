@@ -8,16 +8,16 @@ import pytest
 from helpers.as_codemod import as_codemod
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.codemod.target import Options, State
+from vllm_eagle3_patch.catalog import gated_model_types
+from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import Release
-from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGate, SpeculativeGateTarget
-from vllm_eagle3_patch.registry import gated_model_types
+from vllm_eagle3_patch.patches.speculative_gate import SpeculativeGate, SpeculativeGatePatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
 GATED = gated_model_types()
-"""What the tool's gate must admit: its registry's types, DeepSeek's first, then the families'."""
-TARGET = SpeculativeGateTarget(GATED)
+"""What the tool's gate must admit: its catalog's types, DeepSeek's first, then the families'."""
+PATCH = SpeculativeGatePatch(GATED)
 
 WHITELIST = """\
 class SpeculativeConfig:
@@ -42,7 +42,7 @@ def quoted(model_types: tuple[str, ...]) -> str:
 
 
 def rejected_by(listed: tuple[str, ...]) -> tuple[str, ...]:
-    """The gated types a whitelist of ``listed`` rejects, in the registry's order: its entries match by substring."""
+    """The gated types a whitelist of ``listed`` rejects, in the catalog's order: its entries match by substring."""
     return tuple(t for t in GATED if not any(entry in t for entry in listed))
 
 
@@ -101,7 +101,7 @@ class TestSpeculativeGate(CodemodTest):
 
 
 def examine(code: str):
-    return TARGET.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
+    return PATCH.examine(code, Release(Path("/nowhere"), lambda path: None), Options())
 
 
 @pytest.mark.parametrize(

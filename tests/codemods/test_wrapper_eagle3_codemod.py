@@ -11,9 +11,9 @@ from helpers.as_codemod import as_codemod
 from helpers.decoder_sources import TOY, WRAPPER_SOURCE, patch, reader, source
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.codemod.target import Options, Policy, State
-from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperEagle3, WrapperTarget
-from vllm_eagle3_patch.registry import DEEPSEEK_V2, GEMMA3
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, GEMMA3
+from vllm_eagle3_patch.codemod.patch import Options, Policy, State
+from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperEagle3, WrapperPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -55,7 +55,7 @@ class ToyForConditionalGeneration(nn.Module, SupportsMultiModal, SupportsEagle3)
 )
 def test_the_wrapper_follows_its_language_model(model, state, reason):
     files = {} if model is None else {"model": model}
-    verdict = WrapperTarget(TOY).examine(WRAPPER_SOURCE, reader(**files), Options())
+    verdict = WrapperPatch(TOY).examine(WRAPPER_SOURCE, reader(**files), Options())
     assert verdict.state is state and reason in verdict.reason, verdict.reason
 
 
@@ -64,7 +64,7 @@ class TestBareDecoder(CodemodTest):
 
     def test_a_bare_decoder_gets_the_methods_themselves(self) -> None:
         """The language model has no methods to hand on to: the wrapper acts on its decoder."""
-        patched = WrapperTarget(TOY).examine(BARE_SOURCE, reader(model=source()), Options()).patched
+        patched = WrapperPatch(TOY).examine(BARE_SOURCE, reader(model=source()), Options()).patched
         assert (
             "    def set_aux_hidden_state_layers(self, layers: tuple[int, ...]) -> None:  # vllm-eagle3-patch\n"
             in patched
@@ -75,25 +75,25 @@ class TestBareDecoder(CodemodTest):
         compile(patched, "toy_mm.py", "exec")
 
     def test_fixed_ids_reach_a_bare_decoder_getter(self) -> None:
-        patched = WrapperTarget(TOY).examine(BARE_SOURCE, reader(model=source()), Options(aux_layers=(1, 2, 3))).patched
+        patched = WrapperPatch(TOY).examine(BARE_SOURCE, reader(model=source()), Options(aux_layers=(1, 2, 3))).patched
         assert "        layers = (1, 2, 3)  # vllm-eagle3-patch apply --aux-layers\n" in patched
 
     def test_another_class_built_there_is_handed_on_to(self) -> None:
         """Only the family's own model class counts as bare: anything else must have the methods."""
         other = WRAPPER_SOURCE.replace("init_vllm_registered_model(vllm_config)", "OtherForCausalLM(vllm_config)")
-        patched = WrapperTarget(TOY).examine(other, reader(model=source()), Options()).patched
+        patched = WrapperPatch(TOY).examine(other, reader(model=source()), Options()).patched
         assert "        self.language_model.set_aux_hidden_state_layers(layers)\n" in patched
 
 
 def test_a_wrapper_of_the_required_family_must_be_patchable():
     """Kimi-K2.5 serves DeepSeek-V3, the tool's first purpose: an unpatchable wrapper blocks the run."""
-    assert WrapperTarget(DEEPSEEK_V2).policy is Policy.BLOCKING
-    assert WrapperTarget(GEMMA3).policy is Policy.OPTIONAL
+    assert WrapperPatch(DEEPSEEK_V2).policy is Policy.BLOCKING
+    assert WrapperPatch(GEMMA3).policy is Policy.OPTIONAL
 
 
 def test_a_wrapper_that_already_implements_eagle3_is_native():
     native = WRAPPER_SOURCE.replace(
         "(nn.Module, SupportsMultiModal)", "(nn.Module, SupportsMultiModal, SupportsEagle3)"
     )
-    verdict = WrapperTarget(TOY).examine(native, reader(model=source()), Options())
+    verdict = WrapperPatch(TOY).examine(native, reader(model=source()), Options())
     assert verdict.state is State.NATIVE and "already implements" in verdict.reason

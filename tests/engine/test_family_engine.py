@@ -50,7 +50,7 @@ class EngineRelease:
     refusal_names_the_type: bool
     """Whether the refusal names the target's ``model_type`` (the gate's does)."""
     not_run: dict[str, str]
-    """Why each other family of the registry (``vllm_eagle3_patch/registry.py``) has no run on this release."""
+    """Why each other family of the catalog (``vllm_eagle3_patch/catalog.py``) has no run on this release."""
 
 
 CHECKPOINTS = {
@@ -96,7 +96,7 @@ CANNOT_RUN = {
     "Qwen3-Next; its patched code runs with stand-in layers instead "
     "(test_releases.py::test_qwen3_5_on_its_own_interpreter)",
 }
-"""Families of the registry (``vllm_eagle3_patch/registry.py``) whose engine run is impossible on this
+"""Families of the catalog (``vllm_eagle3_patch/catalog.py``) whose engine run is impossible on this
 machine kind, and why (0.17.1)."""
 _NATIVE_IN_0_32 = "{} is native in vLLM 0.32.0 ({}), so this tool changes nothing for it there"
 ON_0_32 = {

@@ -1,7 +1,7 @@
 """Running the inner suite (``tests/inside_vllm``) in another interpreter, against a vLLM tree.
 
 That interpreter may not import this tool, so what the inner tests need of it travels as data: the families
-the tool patches on the tree (the registry's, then those it finds by rule), the model types its gate
+the tool patches on the tree (the catalog's, then those it finds by rule), the model types its gate
 admits and the entries the release's own gate matched before any patch (read from the unpatched wheel in the
 cache), as JSON in ``VLLM_EAGLE3_PATCH_FAMILIES`` (read by ``tests/inside_vllm/tool_families.py``).
 ``PYTHONPATH=tests python -m helpers.inner_suite <vllm dir>`` prints that JSON, for running the inner suite by hand.
@@ -16,21 +16,21 @@ import sys
 from pathlib import Path
 
 from helpers.wheel_corpus import release_tree
+from vllm_eagle3_patch.catalog import FAMILIES, gated_model_types
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.target import State
+from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.class_chain import ChainReader, registry_module
 from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries, module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.multimodal import held_class
 from vllm_eagle3_patch.plan import Plan, make_plan
-from vllm_eagle3_patch.registry import FAMILIES, gated_model_types
 
 INSIDE_VLLM = Path(__file__).resolve().parents[1] / "inside_vllm"
 FAMILIES_VARIABLE = "VLLM_EAGLE3_PATCH_FAMILIES"
 
 
 def families_of(plan: Plan) -> tuple[Family, ...]:
-    """The families the tool patches on the plan's tree: the registry's, then those found by rule."""
+    """The families the tool patches on the plan's tree: the catalog's, then those found by rule."""
     return (*FAMILIES, *plan.discovery.families)
 
 

@@ -16,12 +16,12 @@ from typing import Iterable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``from helpers import`` when run as a script
 from helpers import wheel_corpus
-from vllm_eagle3_patch.codemod.target import State
-from vllm_eagle3_patch.drafters.architectures import architecture_verdicts
+from vllm_eagle3_patch.architecture_verdicts import architecture_verdicts
+from vllm_eagle3_patch.catalog import FAMILIES, every_patch
+from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan
-from vllm_eagle3_patch.registry import FAMILIES, every_target
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -127,14 +127,14 @@ def markdown(header: tuple[str, ...], rows: list[tuple[str, tuple[str, ...]]]) -
 
 
 def release_table(by_release: dict[str, Plan]) -> str:
-    """Every target on every corpus release (the gate under whichever file holds it)."""
-    present = {file.target for plan in by_release.values() for file in plan.files}
-    targets = [target.name for target in every_target() if target.name in present]  # the registry's order
+    """Every patch on every corpus release (the gate under whichever file holds it)."""
+    present = {file.patch for plan in by_release.values() for file in plan.files}
+    patches = [patch.name for patch in every_patch() if patch.name in present]  # the catalog's order
     rows = {}
     for release, plan in by_release.items():
-        states = {file.target: file.state for file in plan.files}
-        rows[release] = tuple(CELL[states[t]] if t in states else "-" for t in targets)
-    return markdown(tuple(targets), grouped(rows))
+        states = {file.patch: file.state for file in plan.files}
+        rows[release] = tuple(CELL[states[t]] if t in states else "-" for t in patches)
+    return markdown(tuple(patches), grouped(rows))
 
 
 def interface_table(by_release: dict[str, Plan]) -> str:

@@ -402,7 +402,7 @@ def test_kimi_k25_delegates_to_language_model() -> None:
 # --------------------------------------------------------------------------- d. the gate
 
 NEWLY_ACCEPTED = DEEPSEEK.model_types
-"""The model types of the tool's DeepSeek family (its registry's: V2, V3, V3.2, Kimi-K2, GLM-5)."""
+"""The model types of the tool's DeepSeek family (its catalog's: V2, V3, V3.2, Kimi-K2, GLM-5)."""
 ACCEPTED_BEFORE = TOOL.accepted_before
 """What this release's gate accepted unpatched: the entries of its whitelist (or ``"llama"``), read from the wheel by
 the outer suite.  The gate matches them as substrings of the model type, so each is tried as it stands and inside a

@@ -1,5 +1,5 @@
 """Behaviour of the model families patched by the generic decoder codemod (GLM-4.5 MoE, Gemma 3, Ling,
-MiniMax-M2, LongCat-Flash, Qwen3-Next, Qwen3.5), and of families the rule finds with no registry entry
+MiniMax-M2, LongCat-Flash, Qwen3-Next, Qwen3.5), and of families the rule finds with no catalog entry
 (Mixtral, Qwen2-MoE, OLMoE, InternLM2).
 
 The same spec as DeepSeek's (``test_eagle3_behaviour``), run on each family's real model
@@ -118,7 +118,7 @@ STAND_INS = {
     ),
 }
 UNDER_TEST = sorted(set(STAND_INS) | ({family.name for family in TOOL.registered} - set(OWN_SPEC)))
-"""Every family of the tool's registry (one without stand-ins here fails, naming it) and those found by rule
+"""Every family of the tool's catalog (one without stand-ins here fails, naming it) and those found by rule
 that this file keeps stand-ins for."""
 
 
@@ -426,7 +426,7 @@ def test_qwen3_5_multimodal_class_reaches_the_patched_forward() -> None:
 
 @pytest.mark.parametrize("model_type", TOOL.gated_model_types)
 def test_gate_accepts_the_families(model_type: str) -> None:
-    """Every release accepts every type the tool's gate admits for its registry's families: DeepSeek's too,
+    """Every release accepts every type the tool's gate admits for its catalog's families: DeepSeek's too,
     where its own spec (``test_eagle3_behaviour``) no longer runs (GLM-5's ``glm_moe_dsa``, which 0.18-0.21's
     whitelist leaves out), and Qwen3-Next's and Qwen3.5's, which the release's own whitelist accepts as "qwen"."""
     harness.run_speculative_gate(model_type)

@@ -1,7 +1,7 @@
 """What this tool patches on the tree under test, as the outer suite hands it over: this interpreter may not
-import the tool, so ``tests/helpers/inner_suite.py`` writes the registry's families, those the tool finds by
+import the tool, so ``tests/helpers/inner_suite.py`` writes the catalog's families, those the tool finds by
 rule on this tree, the model types its gate admits and the entries the release's own (unpatched) gate matched
-as JSON into ``VLLM_EAGLE3_PATCH_FAMILIES``.  The tests read them here rather than keep a copy of the registry or
+as JSON into ``VLLM_EAGLE3_PATCH_FAMILIES``.  The tests read them here rather than keep a copy of the catalog or
 of a release's whitelist by hand."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class ToolFamily:
     causal_lm: str
     model_types: tuple[str, ...]
     found_by_rule: bool
-    """Found by the tool's rule on this tree, not listed in its registry."""
+    """Found by the tool's rule on this tree, not listed in its catalog."""
 
     @property
     def name(self) -> str:
@@ -59,7 +59,7 @@ class RefusedWrapper:
 class ToolFamilies:
     families: tuple[ToolFamily, ...]
     gated_model_types: tuple[str, ...]
-    """Every model type the tool's speculative-config gate admits for its registry's families."""
+    """Every model type the tool's speculative-config gate admits for its catalog's families."""
     accepted_before: tuple[str, ...]
     """The entries of the release's own gate, unpatched (its whitelist, or 0.8.5-0.10.0's ``"llama"``): a model
     type containing one is accepted, before the patch and after it."""
@@ -67,7 +67,7 @@ class ToolFamilies:
     refused_wrappers: tuple[RefusedWrapper, ...] = ()
 
     def named(self, name: str) -> ToolFamily | None:
-        """The family of module ``name`` (the registry's first, as the tool's plan ranks them), if any."""
+        """The family of module ``name`` (the catalog's first, as the tool's plan ranks them), if any."""
         return next((family for family in self.families if family.name == name), None)
 
     @property

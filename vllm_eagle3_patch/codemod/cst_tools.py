@@ -14,7 +14,7 @@ from functools import cache, lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
-from .target import MARKER, Unrecognised
+from .patch import MARKER, Unrecognised
 
 MARK = f"# {MARKER}"
 """The trailing comment put on every line this tool adds or changes."""
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import libcst as cst
 else:
     cst = import_lazily("libcst")
-"""LibCST, for this module and the patch modules (``from vllm_eagle3_patch.cst_tools import cst``)."""
+"""LibCST, for this module and the patch modules (``from vllm_eagle3_patch.codemod.cst_tools import cst``)."""
 
 Found = TypeVar("Found")
 Node = TypeVar("Node", bound="cst.CSTNode")
@@ -153,7 +153,7 @@ def has_mark(source: str) -> bool:
     return MARK in source
 
 
-def only(found: Sequence[Found], what: str) -> Found:
+def exactly_one(found: Sequence[Found], what: str) -> Found:
     """The single item in ``found``; zero or several is a file we do not recognise."""
     if len(found) == 1:
         return found[0]
@@ -164,12 +164,12 @@ def only(found: Sequence[Found], what: str) -> Found:
 
 def top_level_class(module: cst.Module, name: str) -> cst.ClassDef:
     classes = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
-    return only(classes, f"class {name}")  # type: ignore[return-value]
+    return exactly_one(classes, f"class {name}")  # type: ignore[return-value]
 
 
 def method(cls: cst.ClassDef, name: str) -> cst.FunctionDef:
     methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-    return only(methods, f"method {cls.name.value}.{name}")  # type: ignore[return-value]
+    return exactly_one(methods, f"method {cls.name.value}.{name}")  # type: ignore[return-value]
 
 
 def has_method(cls: cst.ClassDef, name: str) -> bool:
@@ -316,7 +316,7 @@ def add_import(tree: cst.Module, module: str, name: str, package: str) -> cst.Mo
     the name in its own layout (one line, or one name per line with a trailing comma);
     without one, a new line follows the last import at the top of the file.  What LibCST's
     ``AddImportsVisitor`` does for these shapes, without importing ``libcst.codemod``
-    and ``libcst.matchers`` (see :class:`~vllm_eagle3_patch.codemod.ModuleCodemod`).
+    and ``libcst.matchers`` (see :class:`~vllm_eagle3_patch.codemod.judge.ModuleCodemod`).
     """
     head = list(tree.body[: _header_length(tree)])
     for index, line in enumerate(head):

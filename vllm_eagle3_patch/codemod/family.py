@@ -1,9 +1,8 @@
-"""What the registry says about a model family: the data the decoder and wrapper codemods read.
+"""What the catalog says about a model family: the data the decoder and wrapper codemods read.
 
-A family is a vLLM model file whose decoder-only model has the usual pipeline-parallel loop
-(``self.layers`` from ``self.start_layer`` to ``self.end_layer``, each layer returning
-``hidden_states, residual``) and a causal-LM class holding that model in ``self.model``.
-``patches/decoder_eagle3.py`` and ``patches/wrapper_eagle3.py`` turn it into targets.
+A family is a vLLM model file: a decoder-only model whose ``forward`` loops over its layers in a shape of
+``eagle3/loop_shapes.py``, and the causal LM that holds it.  ``patches/decoder_eagle3.py`` and
+``patches/wrapper_eagle3.py`` turn it into patches.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .target import Policy
+from .patch import Policy
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class Family:
     its ``forward`` but skip its ``__init__`` (Qwen3.5's model and Qwen3-Next's)."""
     policy: Policy = Policy.OPTIONAL
     """``REQUIRED``: a vLLM whose file cannot be patched is refused as a whole (DeepSeek, the
-    tool's first purpose); ``OPTIONAL``: the file is left alone and the other targets are still patched."""
+    tool's first purpose); ``OPTIONAL``: the file is left alone and the other patches are still applied."""
     forward_from: Optional[Family] = None
     """The family whose model's ``forward`` this family's model inherits (Qwen3.5's runs
     Qwen3-Next's): here only the model's ``__init__`` and the causal LM are patched, and only

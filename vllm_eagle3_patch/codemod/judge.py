@@ -7,7 +7,7 @@ from typing import Callable, Optional, Protocol
 from ..eagle3.release import GETTERS
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
 from .outline import Keep, KeepClass, Sees, outline
-from .target import State, Unrecognised, Verdict
+from .patch import State, Unrecognised, Verdict
 
 
 class ModuleCodemod(Protocol):
@@ -41,7 +41,7 @@ def judge(
     find its way through is unsupported, with the codemod's reason.  ``preconditions``
     raises :class:`Unrecognised` when the rest of the release rules the patch out.
     ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
-    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.outline`), and so are the module-level
+    others are set aside unparsed (see :mod:`~vllm_eagle3_patch.codemod.outline`), and so are the module-level
     classes ``classes`` rejects (None: every class is looked at) and the functions ``sees`` rejects,
     signature and all (None: every function's is).
     """

@@ -15,7 +15,7 @@ import pickle
 from typing import Callable, Optional, Sequence, TypeVar
 
 from ..errors import ToolError
-from .target import State, Verdict
+from .patch import State, Verdict
 
 T = TypeVar("T")
 FEW = 8

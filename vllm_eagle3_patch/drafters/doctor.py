@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..codemod.target import State
+from ..codemod.patch import State
 from ..eagle3 import layer_ids
 from ..eagle3.class_chain import ChainReader
 from ..eagle3.native_ids import native_default

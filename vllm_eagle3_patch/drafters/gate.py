@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..codemod.target import State
+from ..codemod.patch import State
 from ..eagle3.release import gate_admits
 from ..plan import FilePlan, Plan
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
+from ..catalog import FAMILIES
 from ..codemod.family import Family, FoundWrapper
-from ..codemod.target import State
+from ..codemod.patch import State
 from ..discovery import model_types
 from ..eagle3.class_chain import ChainReader, registry_module
 from ..eagle3.release import PROPOSER_FILES
 from ..errors import ToolError
 from ..patches.eagle_proposer import names_target
 from ..plan import FilePlan, Plan
-from ..registry import FAMILIES
 from .drafter_config import ModelConfig, read_config
 from .gate import GateVerdict, gate_verdict, quoted
 

@@ -5,16 +5,9 @@ protocol, the getter names the runner calls, the runner, the gate, the drafter l
 registry.  A :class:`Release` reads a vLLM tree once (through one cached reader) and is handed
 to the codemods, ``verify`` and ``doctor``; reading the release's own files keeps the answers
 true for releases this tool has never seen, where a version table would have to be guessed.
-
-The runner's contract comes in three shapes, told apart by structure:
-
-- 0.8.5-0.10.0: no ``SupportsEagle3``; the runner calls ``set_aux_hidden_state_layers`` and
-  ``get_eagle3_aux_hidden_state_layers`` by name.
-- 0.10.1-0.17.x: the same two methods, behind the ``SupportsEagle3`` protocol.
-- 0.18.0 and later: ``SupportsEagle3`` builds on ``EagleModelMixin`` and the runner asks
-  ``get_eagle3_default_aux_hidden_state_layers``.  The protocol's own default methods expect
-  an ``EagleModelMixin`` decoder and give ``(2, n // 2, n - 3)`` for every size, so the
-  patched model overrides both, under the name the runner asks for.
+The runner's contract comes in three shapes, told apart by structure, never by version: the two
+methods called by name, the same behind ``SupportsEagle3``, and ``SupportsEagle3`` built on
+``EagleModelMixin`` with the getter under another name (``docs/releases.md`` has them per release).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ..architecture_verdicts import ArchitectureVerdict
 from ..changes import Outcome
-from ..codemod.target import Options
-from ..drafters.architectures import ArchitectureVerdict
+from ..codemod.patch import Options
 from ..drafters.doctor import Diagnosis
 from ..drafters.target_model import TargetModel
 from ..install.journal import Interruption

@@ -10,9 +10,9 @@ import os
 import sys
 from typing import Iterator, Optional, TextIO
 
+from ..architecture_verdicts import VERDICTS, ArchitectureVerdict
 from ..changes import Outcome
-from ..codemod.target import Options, State
-from ..drafters.architectures import VERDICTS, ArchitectureVerdict
+from ..codemod.patch import Options, State
 from ..drafters.doctor import Assessment, Diagnosis
 from ..drafters.target_model import TargetModel
 from ..install.record import RecordCheck

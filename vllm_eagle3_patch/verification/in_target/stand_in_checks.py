@@ -50,7 +50,7 @@ def main(argv: list[str]) -> dict[str, Any]:
 def family_checks(
     family: dict[str, Any], module: types.ModuleType, expected_ids: tuple[int, ...] | None, getter: str
 ) -> list[tuple[str, Callable[[], str]]]:
-    """The same five checks for every family the registry describes, the wrapper's delegation where it has
+    """The same five checks for every family the tool's catalog describes, the wrapper's delegation where it has
     one; the protocol and the states for a family found by rule (``"by_rule"``), whose decoder may keep its
     layers and itself under other names.  ``getter``: the name the release's runner asks the default ids by."""
     causal_lm, model, decoder = family["causal_lm"], family["model"], family["decoder"]

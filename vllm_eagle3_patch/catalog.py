@@ -1,7 +1,7 @@
-"""The registry: every place in vLLM this tool patches, as data.
+"""The catalog: every place in vLLM this tool patches, and every model family, as data.
 
 A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry of :data:`FAMILIES`; a kind
-of change is one entry of :data:`TARGETS`, which the plan, the support tables and the tests iterate, and
+of change is one entry of :data:`PATCHES`, which the plan, the support tables and the tests iterate, and
 the speculative-config gate admits :func:`gated_model_types`.  Adding a family is adding an entry here (and
 its tests: ``docs/architecture.md`` has the checklist).
 """
@@ -9,10 +9,10 @@ its tests: ``docs/architecture.md`` has the checklist).
 from __future__ import annotations
 
 from .codemod.family import Family, Wrapper
-from .codemod.target import Policy, Target
+from .codemod.patch import Patch, Policy
 from .eagle3.release import MODELS
-from .patches.eagle_proposer import EagleProposerTarget
-from .target_kinds import Found, Gate, ModelFiles, MultimodalWrappers, OneFile, TargetKind
+from .patch_kinds import Found, Gate, ModelFiles, MultimodalWrappers, OneFile, PatchKind
+from .patches.eagle_proposer import EagleProposerPatch
 
 DEEPSEEK_V2 = Family(
     "DeepSeek-V2/V3",
@@ -80,24 +80,24 @@ def gated_model_types() -> tuple[str, ...]:
     return (*(t for family in FAMILIES for t in family.model_types), *GATE_ONLY_MODEL_TYPES)
 
 
-TARGETS: tuple[TargetKind, ...] = (
+PATCHES: tuple[PatchKind, ...] = (
     ModelFiles(FAMILIES),
     MultimodalWrappers(FAMILIES),
-    OneFile(EagleProposerTarget()),
+    OneFile(EagleProposerPatch()),
     Gate(gated_model_types()),
 )
 """Every kind of change, in the support tables' order: the families' model files (and those of the families found
 by rule), the multimodal wrappers found by rule, the proposer's fix, the gate (planned after the model files,
 handed their verdicts).  The plan, the support tables and the tests read this list; a new kind of change is one
-entry here (``target_kinds.py``)."""
+entry here (``patch_kinds.py``)."""
 
 
-def planned_targets(found: Found, after_model_files: bool) -> tuple[Target, ...]:
-    """The targets of the entries planned first, or of those planned after the model files."""
-    return tuple(t for kind in TARGETS if kind.after_model_files is after_model_files for t in kind.targets(found))
+def planned_patches(found: Found, after_model_files: bool) -> tuple[Patch, ...]:
+    """The patches of the entries planned first, or of those planned after the model files."""
+    return tuple(t for kind in PATCHES if kind.after_model_files is after_model_files for t in kind.patches(found))
 
 
-def every_target(found: Found = Found()) -> tuple[Target, ...]:
-    """Every entry's targets; without ``found``, the registry's own (none found by rule, the gate admitting the
-    registry's families)."""
-    return tuple(t for kind in TARGETS for t in kind.targets(found))
+def every_patch(found: Found = Found()) -> tuple[Patch, ...]:
+    """Every entry's patches; without ``found``, the catalog's own (none found by rule, the gate admitting the
+    catalog's families)."""
+    return tuple(t for kind in PATCHES for t in kind.patches(found))

@@ -1,6 +1,6 @@
-"""What a target is (one place in vLLM this tool may change), and what a codemod says about a file.
+"""What a patch is (one place in vLLM this tool may change), and what a codemod says about a file.
 
-The registry (``vllm_eagle3_patch.registry``) lists the targets; each has ``locate`` and
+The catalog (``vllm_eagle3_patch.catalog``) lists the patches; each has ``locate`` and
 ``examine``.  The plan never knows what a patch changes; it only reads, asks, and writes.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class State(str, enum.Enum):
-    """The state of one target file, and of the whole installation."""
+    """The state of one file to patch, and of the whole installation."""
 
     UNPATCHED = "unpatched"
     PATCHED = "patched"
@@ -42,7 +42,7 @@ class Policy(str, enum.Enum):
     """Where the file exists, it must be patchable, or nothing is patched (the gate, Kimi-K2.5's wrapper)."""
     OPTIONAL = "optional"
     """A model family a user of another family does not need: left alone where it cannot be
-    patched, the other targets still patched (see :func:`plan.overall_state`)."""
+    patched, the other patches still applied (see :func:`plan.overall_state`)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class Verdict:
         return code
 
 
-class Target(Protocol):
+class Patch(Protocol):
     """One place in vLLM that this tool may change."""
 
     name: str
@@ -102,7 +102,7 @@ class Target(Protocol):
     serves_families: tuple[str, ...]
     """Every family the file serves (several where causal LMs found by rule share a file): ``apply --only``."""
     cache_key: str
-    """What the target is made of, for the verdict cache: its name, or its families, or the gate's types."""
+    """What the patch is made of, for the verdict cache: its name, or its families, or the gate's types."""
     replanned: bool
     """Planned from its original on every ``apply`` instead of kept by hash (the gate: its types follow the model
     files patched with it)."""
@@ -114,12 +114,12 @@ class Target(Protocol):
         """Classify ``source`` and, when it is patchable, return the patched text."""
 
     def falls_short(self, source: str) -> tuple[str, ...]:
-        """What ``source``, patched by this tool, still lacks of what this target adds (the gate: model types
+        """What ``source``, patched by this tool, still lacks of what this patch adds (the gate: model types
         an earlier ``apply --only`` left out): such a file is not ``patched`` yet.  Empty: nothing."""
 
 
-class SingleFileTarget:
-    """A target that is one file at a fixed path, present or not in a given release."""
+class SingleFilePatch:
+    """A patch that is one file at a fixed path, present or not in a given release."""
 
     path: str
     name: str

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from ..codemod.family import CHECKPOINTS_MODEL, FoundWrapper
-from ..codemod.target import State
-from ..discovery import Discovery, model_types
-from ..eagle3.class_chain import Chain, ChainReader, registry_module
-from ..patches.pipeline_relay import carries_aux_across_ranks
-from ..plan import FilePlan, Plan
-from ..registry import FAMILIES
-from .gate import GateVerdict, gate_verdict, quoted
+from .catalog import FAMILIES
+from .codemod.family import CHECKPOINTS_MODEL, FoundWrapper
+from .codemod.patch import State
+from .discovery import Discovery, model_types
+from .drafters.gate import GateVerdict, gate_verdict, quoted
+from .eagle3.class_chain import Chain, ChainReader, registry_module
+from .patches.pipeline_relay import carries_aux_across_ranks
+from .plan import FilePlan, Plan
 
 VERDICTS = ("native", "patched", "patchable", "gated", "refused")
 
@@ -130,7 +130,7 @@ def judge(
 def _through_a_wrapper(
     chain: Chain, files: dict[str, FilePlan], found: Optional[FoundWrapper]
 ) -> Optional[tuple[str, FilePlan, str]]:
-    """``(family, wrapper's file, language model)`` of a multimodal class served through a wrapper: a registry
+    """``(family, wrapper's file, language model)`` of a multimodal class served through a wrapper: a catalog
     family's (Gemma 3's, Kimi-K2.5's) or one found by rule."""
     for family in FAMILIES:
         wrapper = family.wrapper

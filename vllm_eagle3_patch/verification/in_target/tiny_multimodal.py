@@ -3,10 +3,11 @@
 a processor built locally (tokenizer and image processor; nothing downloaded).
 
 vLLM serves each through its registered multimodal wrapper (``llava_next.py``, ``llava_onevision.py``,
-``blip2.py``, ``paligemma.py``), which builds the language model with ``init_vllm_registered_model``:
-the wrapper is the class the runner holds and asks for EAGLE-3.  Transformers' wrapper is the numeric
-reference, with the image: its greedy tokens, and its language model's ``output_hidden_states`` at every
-position (image placeholders included, where the merged embeddings enter the decoder).
+``blip2.py``, ``paligemma.py``, ...), which builds the language model (``init_vllm_registered_model``, or
+its own class: ``aria.py``, ``paddleocr_vl.py``): the wrapper is the class the runner holds and asks for
+EAGLE-3.  Transformers' wrapper is the numeric reference, with the image: its greedy tokens, and its language
+model's ``output_hidden_states`` at every position (image placeholders included, where the merged embeddings
+enter the decoder).
 
 One prompt is text only, the other starts with an image (a small synthetic picture both sides build
 from the same seed).  vLLM is given the image placeholder once and expands it as its processor does

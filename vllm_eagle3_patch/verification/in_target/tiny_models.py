@@ -175,6 +175,19 @@ TARGETS: dict[str, TinyTarget] = {
             "pad_token_id": 2,
         },
     ),
+    "ernie4_5": TinyTarget(  # native in vLLM (Llama's EAGLE-3): the language model of PaddleOCR-VL (tiny_multimodal.py)
+        "Ernie4_5ForCausalLM",
+        "Ernie4_5Config",
+        {
+            "intermediate_size": 128,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+            "use_bias": False,
+            "tie_word_embeddings": False,
+            "pad_token_id": 2,
+        },
+    ),
     "qwen2": TinyTarget(  # native in vLLM: the language model of a multimodal wrapper (tiny_multimodal.py)
         "Qwen2ForCausalLM",
         "Qwen2Config",

@@ -3,10 +3,11 @@
 a processor built locally (tokenizer and image processor; nothing downloaded).
 
 vLLM serves each through its registered multimodal wrapper (``llava_next.py``, ``llava_onevision.py``,
-``blip2.py``, ``paligemma.py``), which builds the language model with ``init_vllm_registered_model``:
-the wrapper is the class the runner holds and asks for EAGLE-3.  Transformers' wrapper is the numeric
-reference, with the image: its greedy tokens, and its language model's ``output_hidden_states`` at every
-position (image placeholders included, where the merged embeddings enter the decoder).
+``blip2.py``, ``paligemma.py``, ...), which builds the language model (``init_vllm_registered_model``, or
+its own class: ``aria.py``, ``paddleocr_vl.py``): the wrapper is the class the runner holds and asks for
+EAGLE-3.  Transformers' wrapper is the numeric reference, with the image: its greedy tokens, and its language
+model's ``output_hidden_states`` at every position (image placeholders included, where the merged embeddings
+enter the decoder).
 
 One prompt is text only, the other starts with an image (a small synthetic picture both sides build
 from the same seed).  vLLM is given the image placeholder once and expands it as its processor does
@@ -67,6 +68,10 @@ class TinyWrapper:
     """Special words the tokenizer needs beside ``SPECIAL_WORDS``, by id (PaliGemma's newline)."""
     named_placeholder: bool = False
     """Whether the tokenizer must name the image placeholder (``tokenizer.image_token``: Aria's processor reads it)."""
+    token_types: bool = False
+    """Whether transformers' model wants ``mm_token_type_ids`` beside the ids (PaddleOCR-VL's M-RoPE places the
+    picture by them): derived from the ids at every call (``_with_token_types``), since the processor's cover the
+    prompt only and the reference runs the whole sequence."""
 
 
 def _llava_next_config() -> dict[str, Any]:
@@ -189,6 +194,33 @@ def _aria_processor(tokenizer: Any) -> Any:
     )
 
 
+PADDLEOCR_IMAGE_SIZE = 56
+"""The size PaddleOCR-VL's processor resizes every picture to (its pixel bounds both this squared): 4 x 4 patches,
+merged 2 x 2 into 4 placeholders."""
+PADDLEOCR_MROPE_SECTION = [4, 6, 6]
+"""M-RoPE's split of the 16 rotary frequencies (head_dim 32) among time, height and width."""
+
+
+def _paddleocr_vl_config() -> dict[str, Any]:
+    return {
+        "vision_config": {**VISION_TOWER, "image_size": PADDLEOCR_IMAGE_SIZE, "spatial_merge_size": 2},
+        "image_token_id": IMAGE_TOKEN,
+        "video_token_id": VIDEO_TOKEN,
+        "vision_start_token_id": NEWLINE_TOKEN,  # named by the config; neither side reads it for a picture
+        "vision_end_token_id": NEWLINE_TOKEN - 1,
+    }
+
+
+def _paddleocr_vl_processor(tokenizer: Any) -> Any:
+    import transformers
+
+    pixels = PADDLEOCR_IMAGE_SIZE * PADDLEOCR_IMAGE_SIZE
+    image_processor = transformers.PaddleOCRVLImageProcessorPil(  # the backend that needs no torchvision
+        size={"shortest_edge": pixels, "longest_edge": pixels}, patch_size=PATCH_SIZE, merge_size=2
+    )
+    return transformers.PaddleOCRVLProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+
 BLIP2_QUERIES = 4
 WRAPPERS: dict[str, TinyWrapper] = {
     # Mixtral: a mixture of experts, and a language model this tool patches
@@ -248,6 +280,22 @@ WRAPPERS: dict[str, TinyWrapper] = {
         _aria_processor,
         named_placeholder=True,
     ),
+    # Ernie 4.5: a language model vLLM gives EAGLE-3 itself (Llama's), with M-RoPE (the picture's placeholders
+    # placed in height and width), behind PaddleOCR-VL's own NaViT-style SigLIP tower, in a wrapper that does not
+    # hand it on
+    "paddleocr_vl": TinyWrapper(
+        "PaddleOCRVLForConditionalGeneration",
+        "PaddleOCRVLConfig",
+        "ernie4_5",
+        _paddleocr_vl_config,
+        _paddleocr_vl_processor,
+        language_model_config={
+            "rope_parameters": {"rope_type": "default", "mrope_section": PADDLEOCR_MROPE_SECTION},
+            "initializer_range": 0.1,  # at 0.2 its greedy continuation of the text prompt names token 0
+        },
+        named_placeholder=True,
+        token_types=True,
+    ),
 }
 """The multimodal architectures a tiny target can be built for, by the name ``--family`` takes."""
 
@@ -299,9 +347,19 @@ def build_target(directory: Path, wrapper: str, num_layers: int) -> tuple[Any, A
     if hasattr(model, "query_tokens"):  # BLIP-2's start at zero: the placeholders' states would all be one
         torch.nn.init.normal_(model.query_tokens, std=1.0)
     model.save_pretrained(directory, safe_serialization=True)
+    if tiny.token_types:
+        model.register_forward_pre_hook(_with_token_types, with_kwargs=True)
     processor = tiny.processor(build_tokenizer(directory, tiny.special_words, tiny.named_placeholder))
     processor.save_pretrained(directory)
     return model, processor
+
+
+def _with_token_types(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The call's ``mm_token_type_ids`` from its ids: 1 on the image placeholders, 0 elsewhere."""
+    input_ids = kwargs.get("input_ids")
+    if input_ids is not None:
+        kwargs["mm_token_type_ids"] = (input_ids == IMAGE_TOKEN).int()
+    return args, kwargs
 
 
 def _load_language_model(model: Any, text: Any) -> None:
@@ -328,7 +386,8 @@ def prompts(
     words = " ".join(f"w{i}" for i in image_prompt)
     text = f"{SPECIAL_WORDS[IMAGE_TOKEN]} {words}" if tiny.placeholder_given else words
     image_inputs = processor(text=text, images=[synthetic_image(**image)], return_tensors="pt")
-    for text_only in ("attention_mask", "token_type_ids", "labels"):  # one unpadded prompt; no training mask
+    # one unpadded prompt; no training mask; token types for the prompt only (``TinyWrapper.token_types``)
+    for text_only in ("attention_mask", "token_type_ids", "labels", "mm_token_type_ids"):
         image_inputs.pop(text_only, None)
     served = [(tiny.text_only(model), {"input_ids": torch.tensor([text_prompt])}), (model, dict(image_inputs))]
     given = [list(text_prompt), [IMAGE_TOKEN, *image_prompt] if tiny.placeholder_given else list(image_prompt)]

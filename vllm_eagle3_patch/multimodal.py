@@ -168,13 +168,10 @@ def answers_model(language_model: Chain, patched: str) -> bool:
     ``patches/shared_embedding.py`` shows as ``embed_tokens``).  A property is no child module: the weights, their
     names and every walk over the modules stay as vLLM wrote them, and vLLM's readers take ``model`` one step."""
     classes = language_model.classes
-    if classes[0].module != patched or any("model" in c.methods or _builds(c, "model") for c in classes):
+    defines = any("model" in c.methods for c in classes)
+    if classes[0].module != patched or defines or _holder(language_model, "model") is not None:
         return False
     return any(a in SHARED_EMBEDDINGS or callee == TOKEN_EMBEDDING for c in classes for a, callee in c.holds)
-
-
-def _builds(cls: ClassInfo, attribute: str) -> bool:
-    return any(a == attribute for a, _ in cls.holds)
 
 
 def unshared_embedding(

@@ -3,7 +3,9 @@
 Every release's EAGLE proposer (DFlash's and the new model runner's too) reads
 ``target.model.embed_tokens`` (or ``.embedding``); a decoder that names it otherwise (``wte``,
 ``word_embeddings``) or sits elsewhere (GPT-2's ``self.transformer``) would make the drafter fail to
-load.  ``decoder_eagle3.py`` calls this last, so a loop the codemod cannot follow is named first.
+load.  For a multimodal class ``target`` is ``get_language_model()``: where that is the model itself
+(Molmo's ``MolmoModel``, Aria's ``AriaTextModel``), the model answers ``model`` with itself.
+``decoder_eagle3.py`` calls this last, so a loop the codemod cannot follow is named first.
 """
 
 from __future__ import annotations
@@ -49,7 +51,10 @@ def share_the_embedding(tree: cst.Module, family: Family) -> cst.Module:
     outer = _outer_model(tree, family)
     embedding = _embedding_path(outer, top_level_class(tree, family.model), family)
     if embedding is not None and not has_method(outer, SHARED_EMBEDDINGS[0]):
-        tree = replace_child(tree, outer, add_methods(outer, _read_only(SHARED_EMBEDDINGS[0], embedding), tree))
+        shown = _read_only(SHARED_EMBEDDINGS[0], f"self.{embedding}")
+        tree = replace_child(tree, outer, add_methods(outer, shown, tree))
+    if family.answers_model:
+        tree = answer_model_with_itself(tree, outer.name.value)
     if held == "model":
         return tree
     builds = has_method(causal_lm, "__init__") and find(method(causal_lm, "__init__"), cst.Attribute, _is_self_model)
@@ -59,19 +64,31 @@ def share_the_embedding(tree: cst.Module, family: Family) -> cst.Module:
             "vLLM's EAGLE proposer looks for the target's embedding"
         )
     causal_lm = top_level_class(tree, family.causal_lm)
-    return replace_child(tree, causal_lm, add_methods(causal_lm, _read_only("model", held), tree))
+    return replace_child(tree, causal_lm, add_methods(causal_lm, _read_only("model", f"self.{held}"), tree))
+
+
+def answer_model_with_itself(tree: cst.Module, language_model: str) -> cst.Module:
+    """A read-only ``model`` on the class ``language_model``, answering the instance itself.
+
+    A multimodal class's ``get_language_model()`` gives this model, and vLLM's proposer reads its ``model``
+    once (``multimodal.answers_model`` says where that is sound).  A property registers no module, so no walk
+    over the modules meets a cycle, and the weights keep their names."""
+    cls = top_level_class(tree, language_model)
+    if has_method(cls, "model"):
+        return tree
+    return replace_child(tree, cls, add_methods(cls, _read_only("model", "self"), tree))
 
 
 def _is_self_model(node: cst.Attribute) -> bool:
     return is_self_attribute(node, "model")
 
 
-def _read_only(name: str, attribute: str) -> str:
+def _read_only(name: str, value: str) -> str:
     return (
         "@property\n"
         f"def {name}(self):\n"
         '    """Where vLLM\'s EAGLE proposer looks for the embedding it shares with the drafter."""\n'
-        f"    return self.{attribute}\n"
+        f"    return {value}\n"
     )
 
 

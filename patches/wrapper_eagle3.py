@@ -40,6 +40,7 @@ from vllm_eagle3_patch.eagle3.release import GETTER, GETTERS, PACKAGE, PROTOCOL,
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
 from vllm_eagle3_patch.patches.eagle3_methods import checked_delegating_methods, delegating_methods, eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY
+from vllm_eagle3_patch.patches.shared_embedding import answer_model_with_itself
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ class WrapperPatch(SingleFilePatch):
 class FoundWrappersEagle3:
     """Give each multimodal class of a file found by rule (``multimodal.py``) ``SupportsEagle3`` and both methods:
     handed on to its language model, acting on its bare model, or, where the checkpoint names the language model,
-    handed on with a clear error for one that lacks EAGLE-3."""
+    handed on with a clear error for one that lacks EAGLE-3; and a bare model of this file a read-only ``model``
+    answering itself, where vLLM's proposer looks for the embedding (``FoundWrapper.answers_model``)."""
 
     wrappers: tuple[FoundWrapper, ...]
     protocol: bool = True
@@ -146,6 +148,8 @@ class FoundWrappersEagle3:
             else:
                 methods = delegating_methods(inner, self.getter)
             tree = replace_child(tree, cls, _give(cls, methods, tree, self.protocol))
+            if found.answers_model:  # a class of this file: Aria's AriaTextModel
+                tree = answer_model_with_itself(tree, found.language_model)
         return _with_protocol(tree, self.protocol)
 
 
@@ -167,6 +171,7 @@ class FoundWrappersPatch(SingleFilePatch):
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
         classes = {w.wrapper.cls for w in self.wrappers}
+        shown = {w.language_model for w in self.wrappers if w.answers_model}  # gains a read-only `model`
 
         def codemod() -> FoundWrappersEagle3:
             interface = release.interface
@@ -184,7 +189,7 @@ class FoundWrappersPatch(SingleFilePatch):
             native=lambda module: _all_declare_eagle3(module, classes),
             preconditions=preconditions,
             reads=lambda function: False,  # the methods are handed on by what discovery found, not by __init__
-            classes=lambda name: name in classes,  # a multimodal file's towers and processors, set aside
+            classes=lambda name: name in classes or name in shown,  # a multimodal file's towers, set aside
             sees=lambda function: function.cls in classes and function.name in GETTERS,  # the native check's
         )
 

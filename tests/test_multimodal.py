@@ -16,10 +16,11 @@ from helpers.cli import run_on as cli
 from vllm_eagle3_patch.discovery import model_types
 from vllm_eagle3_patch.eagle3.release import Release
 
-TARGET_SHARE = {"0.17.1": 0.8, "0.21.0": 0.8, "0.33.0": 0.85}
-"""Of the decoder-only multimodal architectures, the share that are EAGLE-3 targets after ``apply`` (76 of 92, 87 of
-105, 106 of 124): the others are refused with their reason, a tenth of them because vLLM's proposer could not
-take the embedding from their language model."""
+TARGET_SHARE = {"0.17.1": 0.89, "0.21.0": 0.9, "0.33.0": 0.9}
+"""Of the decoder-only multimodal architectures, the share that are EAGLE-3 targets after ``apply`` (82 of 92, 95 of
+105, 112 of 124): the others are refused with their reason, half of them because vLLM's proposer could not take the
+embedding from their language model (upstream's ``LlamaModel`` in Phi-4-MM and Idefics3, the ASR models' nested
+decoders, DiffusionGemma's ``Gemma4Model``)."""
 SERVED_THROUGH_A_WRAPPER = (
     "Qwen2VLForConditionalGeneration",
     "InternVLChatModel",
@@ -37,14 +38,23 @@ SERVED_THROUGH_A_WRAPPER = (
 )
 """Vision-language and audio models teams serve, none native on 0.17.1."""
 NO_EMBEDDING_FOR_THE_PROPOSER = {
-    "AriaForConditionalGeneration": "aria.py",  # upstream's collecting decoder, bare (a LlamaModel subclass)
-    "Phi4MMForCausalLM": "phi4mm.py",  # the same: self.model = LlamaModel(...)
-    "MolmoForCausalLM": "molmo.py",  # a decoder of its own file: self.model = MolmoModel(...)
-    "QwenVLForConditionalGeneration": None,  # qwen.py: QWenModel in self.transformer (Qwen's text model is a target)
+    "Phi4MMForCausalLM": "phi4mm.py",  # upstream's collecting decoder, bare: self.model = LlamaModel(...)
+    "Idefics3ForConditionalGeneration": "idefics3.py",  # Idefics3Model, its embedding in upstream's LlamaModel
+    "FireRedASR2ForConditionalGeneration": "fireredasr2.py",  # FireRedASR2Model: a causal LM holds the embedding
 }
 """Classes whose language model (what ``get_language_model()`` gives) has no ``model``, where vLLM's EAGLE proposer
-takes the embedding it shares with the drafter: the engine would fail to start, so they are refused, and ``apply``
-leaves their own file (None: a file the text family patches) as the wheel has it."""
+takes the embedding it shares with the drafter, and where a read-only ``model`` answering it with itself is not
+sound (a class other files share) or finds no embedding: the engine would fail to start, so they are refused, and
+``apply`` leaves their own file as the wheel has it."""
+ANSWERS_MODEL_WITH_ITSELF = {
+    "AriaForConditionalGeneration": ("aria.py", "AriaTextModel"),  # a LlamaModel subclass of the wrapper's file
+    "MolmoForCausalLM": ("molmo.py", "MolmoModel"),  # a decoder of its own file: self.model = MolmoModel(...)
+    "QwenVLForConditionalGeneration": ("qwen.py", "QWenModel"),  # Qwen's text decoder, in self.transformer
+    "GLM4VForCausalLM": ("chatglm.py", "ChatGLMModel"),  # ChatGLM's model, in self.transformer
+}
+"""Classes whose language model has no ``model`` but is a class of the file the tool patches for it, builds its
+embedding, and has no ``model`` a property would hide: ``apply`` gives it a read-only ``model`` answering itself
+(``multimodal.answers_model``), and they become targets."""
 
 
 def architectures(package_dir) -> list[dict]:
@@ -103,9 +113,20 @@ def test_a_class_whose_language_model_has_no_embedding_for_the_proposer_is_refus
         for verdict in (tree.before[architecture], tree.after[architecture]):
             assert verdict["verdict"] == "refused", verdict
             assert "has no self.model: vLLM's EAGLE proposer takes the token embedding" in verdict["reason"], verdict
-        if own_file is not None:
-            models = tree.package_dir / "model_executor" / "models"
-            assert (models / own_file).read_bytes() == (wheel / own_file).read_bytes(), own_file
+        models = tree.package_dir / "model_executor" / "models"
+        assert (models / own_file).read_bytes() == (wheel / own_file).read_bytes(), own_file
+
+
+def test_a_language_model_of_the_patched_file_answers_model_with_itself(applied):
+    tree = applied("0.17.1")
+    models = tree.package_dir / "model_executor" / "models"
+    for architecture, (file, language_model) in ANSWERS_MODEL_WITH_ITSELF.items():
+        assert tree.before[architecture]["verdict"] == "patchable", tree.before[architecture]
+        assert tree.after[architecture]["verdict"] == "patched", tree.after[architecture]
+        text = (models / file).read_text()
+        body = text[text.index(f"class {language_model}(") :]
+        body = body[: body.find("\nclass ", 1) if "\nclass " in body[1:] else len(body)]
+        assert "    def model(self):  # vllm-eagle3-patch\n" in body and "        return self\n" in body, body
 
 
 def test_the_wrappers_teams_serve_become_targets(applied):

@@ -1,7 +1,8 @@
 """The rule that refuses a multimodal class whose language model vLLM's EAGLE proposer cannot take the token
 embedding from (``get_language_model().model.embed_tokens``, or ``.embedding``), on a small synthetic tree (no
-vLLM code here): a bare decoder, or a decoder of the class's own file, has no ``self.model``; a causal LM whose
-model builds neither name is refused too; a causal LM holding a model with ``embed_tokens`` is served."""
+vLLM code here): a bare decoder of another file has no ``self.model``; a decoder of the class's own file answers
+``model`` with itself where that is sound; a causal LM whose model builds neither name is refused too; a causal LM
+holding a model with ``embed_tokens`` is served."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ _MULTIMODAL_MODELS = {
     "OwnDecoderVL": ("toy_vl", "OwnDecoderVL"),
     "ServedVL": ("toy_vl", "ServedVL"),
     "WteVL": ("toy_vl", "WteVL"),
+    "HidingVL": ("toy_vl", "HidingVL"),
+    "NoEmbeddingVL": ("toy_vl", "NoEmbeddingVL"),
 }
 """
 
@@ -117,6 +120,41 @@ class WteVL(nn.Module, SupportsMultiModal):
 
     def forward(self, x):
         return self.language_model(x)
+
+
+class HidingModel(OwnModel):
+
+    def model(self):
+        return None
+
+
+class HidingVL(nn.Module, SupportsMultiModal):
+
+    def __init__(self, config):
+        self.model = HidingModel(config)
+
+    def forward(self, x):
+        return self.model(x)
+
+
+class NoEmbeddingModel(nn.Module):
+
+    def __init__(self, config):
+        self.norm = Norm(config)
+
+    def forward(self, x):
+        for layer in self.layers[self.start_layer:self.end_layer]:
+            x, residual = layer(x, residual)
+        return x
+
+
+class NoEmbeddingVL(nn.Module, SupportsMultiModal):
+
+    def __init__(self, config):
+        self.model = NoEmbeddingModel(config)
+
+    def forward(self, x):
+        return self.model(x)
 """
 
 
@@ -152,17 +190,31 @@ def test_a_proposer_sharing_the_target_models_own_embedding_judges_no_language_m
 
 @pytest.mark.parametrize(
     ("architecture", "language_model"),
-    [("BareVL", "CollectingModel (self.language_model)"), ("OwnDecoderVL", "OwnModel (self.model)")],
-    ids=["bare-decoder", "decoder-of-its-own-file"],
+    [
+        ("BareVL", "CollectingModel (self.language_model)"),
+        ("HidingVL", "HidingModel (self.model)"),
+        ("NoEmbeddingVL", "NoEmbeddingModel (self.model)"),
+    ],
+    ids=["bare-decoder-of-another-file", "decoder-defining-model", "decoder-without-embedding"],
 )
 def test_a_language_model_without_self_model_is_refused_with_what_the_proposer_looks_for(
     discovery, architecture, language_model
 ):
+    """Where a read-only ``model`` answering the decoder itself is not sound: a class other files share (Phi-4-MM's
+    ``LlamaModel``), one that has a ``model`` of another kind the property would hide, one building no embedding."""
     reason = discovery.unrecognised[architecture]
     assert reason.startswith(f"its language model, {language_model}, has no self.model: "), reason
     assert "get_language_model().model.embed_tokens (or .embedding)" in reason
     assert architecture not in discovery.wrappers and architecture not in discovery.architectures
-    assert discovery.families == ()  # the own decoder's file is not made a target
+    assert all(family.path.endswith("toy_vl.py") for family in discovery.families), discovery.families
+
+
+def test_a_decoder_of_its_own_file_answers_model_with_itself(discovery):
+    """Molmo's shape: the class runs a decoder of its own file, which has no ``model`` and builds ``embed_tokens``;
+    its file's family gives it a read-only ``model`` answering itself (``patches/shared_embedding.py``)."""
+    family = discovery.architectures["OwnDecoderVL"]
+    assert (family.model, family.decoder, family.answers_model) == ("OwnModel", "self.model", True)
+    assert "OwnDecoderVL" not in discovery.unrecognised
 
 
 def test_a_model_without_embed_tokens_or_embedding_is_refused(discovery):

@@ -21,7 +21,7 @@ from .codemod.two_processes import on_two_processes
 from .eagle3.class_chain import Chain, ChainReader, ClassInfo, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
-from .multimodal import find_wrapper, held_language_model_refusal
+from .multimodal import find_wrapper, held_answers_model, held_language_model_refusal
 
 MODEL_TYPES: dict[str, tuple[str, ...]] = {
     "CohereForCausalLM": ("cohere",),
@@ -159,7 +159,9 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
             finder.encoder_decoder += (architecture,) if wrapper.decoder_only is False else ()
         elif refusal := _own_decoder_refusal(release, chains, chain, finder.families):
             finder.unrecognised[architecture] = refusal
-        elif not finder.found_by_rule(architecture, module, chain, held_in):
+        elif not finder.found_by_rule(
+            architecture, module, chain, held_in, held_answers_model(release, chains, chain, held_in)
+        ):
             finder.unrecognised[architecture] = wrapper.reason
     return finder.discovery()
 
@@ -203,12 +205,23 @@ class _FamilyFinder:
         refusal = held_language_model_refusal(self.release, self.chains, chain, attribute, self.families)
         if refusal is not None:
             self.unrecognised[architecture] = refusal
-        else:
-            self._add(architecture, key, self.found[key], model_types(architecture, module))
+            return True
+        family = self.found[key]
+        if held_answers_model(self.release, self.chains, chain, attribute):
+            family = replace(family, answers_model=True)
+        self._add(architecture, key, family, model_types(architecture, module))
         return True
 
-    def found_by_rule(self, architecture: str, module: str, chain: Chain, attribute: Optional[str] = None) -> bool:
-        """The family of a class that builds a decoder of its own file (in ``attribute``, where given)."""
+    def found_by_rule(
+        self,
+        architecture: str,
+        module: str,
+        chain: Chain,
+        attribute: Optional[str] = None,
+        answers_model: bool = False,
+    ) -> bool:
+        """The family of a class that builds a decoder of its own file (in ``attribute``, where given), whose
+        model (what the class runs as its language model) ``answers_model`` with itself where asked."""
         held = _held_model(self.chains, chain.classes, attribute)
         if held is None:
             self.unrecognised[architecture] = (
@@ -229,7 +242,7 @@ class _FamilyFinder:
             forward_from=_forward_from(self.chains, model, self.families),
             runs_upstream_capture=_runs_upstream_capture(self.chains, model),
         )
-        self._add(architecture, key, family, types)
+        self._add(architecture, key, replace(family, answers_model=family.answers_model or answers_model), types)
         return True
 
     def _add(self, architecture: str, key: tuple[str, str], family: Family, types: tuple[str, ...]) -> None:

@@ -17,20 +17,22 @@ The runner's gate is not the only check: vLLM's EAGLE proposer (``load_model``) 
 embedding with the drafter, taken from ``get_language_model().model.embed_tokens`` (or ``.embedding``), and
 raises as the engine starts where there is none.  ``get_language_model()`` gives the child holding the language
 model, the attribute the class's ``forward`` runs; so that child must be a causal LM holding ``self.model``
-(a family's shows its embedding there once patched: ``patches/shared_embedding.py``).  A bare decoder is not.
+(a family's shows its embedding there once patched: ``patches/shared_embedding.py``), or a class of the file the
+tool patches for it that has no ``model`` at all and builds its embedding: a read-only ``model`` answers it with
+itself (:func:`answers_model`).  A bare decoder of another file (Phi-4-MM's ``LlamaModel``) is refused.
 
 Each such class becomes a :class:`FoundWrapper`; every other architecture is refused with its reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from .codemod.family import CHECKPOINTS_MODEL, Family, FoundWrapper, Wrapper
 from .eagle3.class_chain import Chain, ChainReader, ClassInfo
 from .eagle3.release import MIXIN, REGISTERED_MODEL, Release
-from .patches.shared_embedding import SHARED_EMBEDDINGS
+from .patches.shared_embedding import SHARED_EMBEDDINGS, TOKEN_EMBEDDING
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,12 @@ def _judged(
     found = _served(wrapper, model, families)
     if isinstance(found, Refused) or not release.shares_the_language_models_embedding:
         return found
-    unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families)
-    return found if unshared is None else Refused(unshared)
+    patched = _module(wrapper.path)
+    unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families, patched)
+    if unshared is not None:
+        return Refused(unshared)
+    shown = found.family is None and answers_model(model, patched)  # a family's file shows its own embedding
+    return replace(found, answers_model=True) if shown else found
 
 
 def _served(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> FoundWrapper | Refused:
@@ -130,29 +136,59 @@ def held_language_model_refusal(
     its own file, which the class runs as a causal LM runs its model); None where that class cannot be read, or
     where the release's proposer does not take the embedding from the language model."""
     held = held_class(chains, chain, attribute) if release.shares_the_language_models_embedding else None
-    return unshared_embedding(chains, held, attribute, families) if held is not None else None
+    if held is None:
+        return None
+    return unshared_embedding(chains, held, attribute, families, _holder(chain, attribute).module)  # type: ignore[union-attr]
+
+
+def held_answers_model(release: Release, chains: ChainReader, chain: Chain, attribute: str) -> bool:
+    """Whether the class ``chain``'s ``__init__`` builds in ``self.<attribute>`` (its language model) gains a
+    read-only ``model`` answering itself (:func:`answers_model`), in the file of the class that builds it."""
+    held = held_class(chains, chain, attribute) if release.shares_the_language_models_embedding else None
+    return held is not None and answers_model(held, _holder(chain, attribute).module)  # type: ignore[union-attr]
 
 
 def held_class(chains: ChainReader, chain: Chain, attribute: str) -> Optional[Chain]:
     """The chain of the class the first class of ``chain`` that builds ``self.<attribute>`` builds there."""
-    holder = next((c for c in chain.classes if any(a == attribute for a, _ in c.holds)), None)
+    holder = _holder(chain, attribute)
     callee = next((callee for a, callee in holder.holds if a == attribute), None) if holder else None
     model = chains.resolve(holder.module, callee) if holder and callee else None
     return chains.chain(model.module, model.name) if model is not None else None
 
 
+def _holder(chain: Chain, attribute: str) -> Optional[ClassInfo]:
+    return next((c for c in chain.classes if any(a == attribute for a, _ in c.holds)), None)
+
+
+def answers_model(language_model: Chain, patched: str) -> bool:
+    """Whether a read-only ``model`` answering the language model itself is sound: its class is of ``patched``, the
+    file the tool patches for it (never a class other files share, as Phi-4-MM's ``LlamaModel``), nothing on its
+    chain builds, defines or inherits a ``model`` (which the property would hide), and the chain builds the token
+    embedding the proposer then finds (``embed_tokens``, ``embedding``, or a ``VocabParallelEmbedding`` that
+    ``patches/shared_embedding.py`` shows as ``embed_tokens``).  A property is no child module: the weights, their
+    names and every walk over the modules stay as vLLM wrote them, and vLLM's readers take ``model`` one step."""
+    classes = language_model.classes
+    defines = any("model" in c.methods for c in classes)
+    if classes[0].module != patched or defines or _holder(language_model, "model") is not None:
+        return False
+    return any(a in SHARED_EMBEDDINGS or callee == TOKEN_EMBEDDING for c in classes for a, callee in c.holds)
+
+
 def unshared_embedding(
-    chains: ChainReader, language_model: Chain, attribute: str, families: tuple[Family, ...]
+    chains: ChainReader, language_model: Chain, attribute: str, families: tuple[Family, ...], patched: str
 ) -> Optional[str]:
     """Why vLLM's EAGLE proposer could not take the token embedding from the language model whose class has the
     chain ``language_model``, held in ``self.<attribute>`` (what ``get_language_model()`` gives), or None where
-    it can: a family's causal LM (its patched file shows it there), or a class holding ``self.model`` that builds
-    ``embed_tokens`` or ``embedding`` (or is a class this tool cannot read: judged as vLLM wrote it)."""
+    it can: a family's causal LM (its patched file shows it there), a class holding ``self.model`` that builds
+    ``embed_tokens`` or ``embedding`` (or is a class this tool cannot read: judged as vLLM wrote it), or a class
+    of ``patched`` (the file the tool patches for it) that a read-only ``model`` can answer with itself."""
     name = language_model.classes[0].name
     if any(language_model.includes(_module(f.path), f.causal_lm) for f in families):
         return None
-    holder = next((c for c in language_model.classes if any(a == "model" for a, _ in c.holds)), None)
+    holder = _holder(language_model, "model")
     if holder is None:
+        if answers_model(language_model, patched):
+            return None
         return f"its language model, {name} (self.{attribute}), has no self.model{_FAILS}"
     callee = next(callee for a, callee in holder.holds if a == "model")
     model = chains.resolve(holder.module, callee)

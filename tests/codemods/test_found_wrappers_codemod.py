@@ -130,3 +130,34 @@ def test_a_native_or_checkpoint_language_model_needs_no_family_file() -> None:
     patch = FoundWrappersPatch(PATH, (found(), found("ToyForConditionalGeneration", language_model=CHECKPOINTS_MODEL)))
     assert len(patch.wrappers) == 1  # one class, once
     assert patch.examine(WRAPPER_SOURCE, reader(), Options()).state is State.UNPATCHED
+
+
+BARE_OF_ITS_FILE = (
+    WRAPPER_SOURCE.replace("init_vllm_registered_model(vllm_config)", "ToyTextModel(vllm_config)")
+    + """
+
+class ToyTextModel(nn.Module):
+
+    def __init__(self, vllm_config):
+        self.embed_tokens = vllm_config
+"""
+)
+
+
+def test_a_bare_model_of_the_wrappers_file_answers_model_with_itself() -> None:
+    """Aria's shape: the wrapper holds a bare decoder of its own file, where vLLM's proposer reads
+    ``get_language_model().model.embed_tokens``; a read-only ``model`` answers it with the decoder itself, once."""
+    wrapper = found(language_model="ToyTextModel", bare=True, answers_model=True)
+    once = FoundWrappersEagle3((wrapper,)).transform_module(parse(BARE_OF_ITS_FILE))
+    assert FoundWrappersEagle3((wrapper,)).transform_module(once).code.count("def model(self)") == 1
+    text = once.code.replace("from .interfaces import SupportsMultiModal, SupportsEagle3  # vllm-eagle3-patch\n", "")
+    namespace: dict = {
+        "nn": types.SimpleNamespace(Module=Module),
+        "SupportsMultiModal": MultiModal,
+        "SupportsEagle3": Marker,
+    }
+    exec(compile(text, PATH, "exec"), namespace)  # noqa: S102 (the patched synthetic source, run)
+    language_model = object.__new__(namespace["ToyTextModel"])
+    language_model.embed_tokens = object()
+    assert language_model.model is language_model
+    assert language_model.model.embed_tokens is language_model.embed_tokens

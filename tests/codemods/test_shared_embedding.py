@@ -3,6 +3,7 @@ on synthetic decoders (no vLLM code here)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import libcst as cst
@@ -13,6 +14,7 @@ from helpers.toy_decoders import IMPORT, Eagle3, load, toy_family, toy_source
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
+from vllm_eagle3_patch.patches.shared_embedding import answer_model_with_itself
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -134,3 +136,30 @@ def test_a_causal_lm_keeping_something_else_in_self_model_is_refused():
     )
     verdict = DecoderPatch(toy_family(decoder="self.transformer")).examine(code, reader(), Options())
     assert verdict.state is State.UNSUPPORTED and "something else in self.model" in verdict.reason, verdict.reason
+
+
+@pytest.mark.parametrize("layout", EMBEDDING_LAYOUTS)
+def test_a_model_a_multimodal_class_runs_answers_model_with_itself(layout):
+    """A multimodal class whose ``get_language_model()`` is the family's model (Molmo's ``MolmoModel``): vLLM's
+    proposer reads that model's ``model``, which a read-only property answers with the model itself; a property
+    is no child module, so nothing walking the modules meets the cycle."""
+    code, decoder, where = EMBEDDING_LAYOUTS[layout]
+    family = replace(toy_family(decoder=decoder), answers_model=True)
+    namespace = {"VocabParallelEmbedding": VocabParallelEmbedding}
+    verdict = DecoderPatch(family).examine(code, reader(), Options())
+    assert verdict.state is State.UNPATCHED, verdict.reason
+    causal_lm = load(verdict.patched.replace(IMPORT, ""), Eagle3, extra=namespace)["ToyForCausalLM"]()
+    language_model = getattr(causal_lm, decoder.split(".")[1])
+    assert language_model.model is language_model
+    embedding = causal_lm
+    for attribute in where.split("."):
+        embedding = getattr(embedding, attribute)
+    assert proposer_embedding(language_model) is embedding is proposer_embedding(causal_lm)
+
+
+def test_answering_model_twice_adds_one_property():
+    tree = cst.parse_module(toy_source("pair-islice"))
+    once = answer_model_with_itself(tree, "ToyModel")
+    assert answer_model_with_itself(once, "ToyModel").code == once.code
+    assert once.code.count("def model(self):  # vllm-eagle3-patch") == 1
+    assert "        return self\n" in once.code[once.code.index("class ToyModel") :]

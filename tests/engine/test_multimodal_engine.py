@@ -12,9 +12,9 @@ The architectures, each around another language model:
   hand it on (unpatched, the gate admits ``qwen2`` and the runner refuses);
 - BLIP-2 around Mixtral, on 0.32.0: the mixture of experts there, in a wrapper that release's environment
   loads (LLaVA-NeXT and LLaVA-OneVision need torchvision there);
-- Aria around its own mixture of experts: shared experts beside routed ones, in a model of the wrapper's
-  file that vLLM gives EAGLE-3 itself (a subclass of its Llama model), which the wrapper holds bare (without
-  a causal LM); built, and refused by the proposer after ``apply`` (``not_run`` says why);
+- Aria around its own mixture of experts, on 0.32.0: shared experts beside routed ones, in a model of the
+  wrapper's file that vLLM gives EAGLE-3 itself (a subclass of its Llama model), which the wrapper holds bare
+  (without a causal LM), and which ``apply`` lets answer the proposer's ``get_language_model().model`` with itself;
 - PaliGemma around Gemma: a language model this tool patches, which vLLM's wrapper builds from the
   checkpoint's text config, behind a SigLIP tower; built, but run on neither release here (``not_run`` says why).
 - PaddleOCR-VL around Ernie 4.5, on 0.32.0: a language model vLLM gives EAGLE-3 itself (Llama's), placed by
@@ -66,6 +66,8 @@ class Refusal:
 
 EMBEDDING_ERROR = "Target model does not have 'embed_tokens' or 'embedding' attribute"
 """0.32.0's proposer, looking for the language model's embedding where OPT does not keep it."""
+NO_MODEL_ERROR = "Target model does not have 'model' attribute"
+"""0.32.0's proposer, looking for ``get_language_model().model`` on a bare language model (Aria's)."""
 TEXT_TYPE = {
     "llava_next": "mixtral",
     "blip2": "opt",
@@ -113,8 +115,8 @@ RELEASES = {
             "training its PaliGemmaForConditionalGeneration lets the whole prompt attend both ways "
             "(_update_causal_mask), while vLLM's Gemma attends causally; transformers 5 (0.32.0's) attends causally "
             "without token type ids",
-            "aria": "Aria is tried on 0.32.0 only, where it is refused after apply (see there); 0.17.1's proposer "
-            "reads get_language_model().model the same way (eagle.py's _maybe_share_embeddings; read, not run)",
+            "aria": "Aria runs on 0.32.0 only (transformers 5's Aria is its reference); 0.17.1's proposer reads "
+            "get_language_model().model the same way (eagle.py's _maybe_share_embeddings; read, not run)",
             "paddleocr_vl": "transformers 4.57.6 (0.17.1's environment) has no PaddleOCR-VL model to build the tiny "
             "target and its reference with (transformers 5 brings PaddleOCRVLForConditionalGeneration)",
         },
@@ -123,15 +125,11 @@ RELEASES = {
         {
             "blip2": Refusal(EMBEDDING_ERROR),
             "blip2_mixtral": Refusal(INTERFACE_ERROR),
+            "aria": Refusal(NO_MODEL_ERROR),  # the bare AriaTextModel, before apply lets it answer `model`
             # before the runner's check: the proposer reads the picture's token by LLaVA's name
             "paddleocr_vl": Refusal("'PaddleOCRVLConfig' object has no attribute 'image_token_index'"),
         },
         {
-            "aria": "Aria is refused after apply as before it (tried here: transformers' tokens without a drafter, "
-            "text and picture, then the drafter's run): vLLM's proposer shares the embedding of "
-            "get_language_model().model (llm_base_proposer.py's _maybe_share_embeddings) and Aria's language model "
-            "is the bare AriaTextModel, so both raise \"Target model does not have 'model' attribute\"; the tool "
-            "now refuses Aria with that reason (status --architectures), and apply leaves aria.py",
             "paligemma": "PaliGemma's module loads in vLLM 0.32.0 here, but its image prompt does not: counting the "
             "picture's placeholders (paligemma.py's get_num_image_tokens) calls vision.py's get_vision_encoder_info, "
             "which imports pixtral.py, which imports transformers 5's Pixtral image processor, which needs "

@@ -22,7 +22,8 @@ from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.class_chain import ChainReader, registry_module
 from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries, module_name
 from vllm_eagle3_patch.install.locate import from_package_dir
-from vllm_eagle3_patch.multimodal import held_class
+from vllm_eagle3_patch.multimodal import held_answers_model, held_class
+from vllm_eagle3_patch.patches.shared_embedding import SHARED_EMBEDDINGS, TOKEN_EMBEDDING
 from vllm_eagle3_patch.plan import Plan, make_plan
 
 INSIDE_VLLM = Path(__file__).resolve().parents[1] / "inside_vllm"
@@ -78,6 +79,7 @@ def families_data(package_dir: Path) -> str:
             "accepted_before": list(accepted_before(install.version)),
             "wrappers": list(wrappers.values()),
             "refused_wrappers": refused_by_the_proposer(plan),
+            "answering_wrappers": answering_the_proposer(plan, eagle3_files),
         }
     )
 
@@ -103,6 +105,39 @@ def refused_by_the_proposer(plan: Plan) -> list[dict]:
             }
         )
     return refused
+
+
+def answering_the_proposer(plan: Plan, eagle3_files: set[str]) -> list[dict]:
+    """``[{module, cls, attribute, language_model, language_model_module, embedding}]``: the multimodal classes served
+    whose language model (the class their ``forward`` runs) gains a read-only ``model`` answering itself, where the
+    proposer takes the embedding; ``embedding``: the attribute that language model builds its embedding in."""
+    chains = ChainReader(plan.release.read)
+    discovery = plan.discovery
+    answering = []
+    for architecture, (module, cls) in plan.release.multimodal_models.items():
+        found, family = discovery.wrappers.get(architecture), discovery.architectures.get(architecture)
+        path = found.wrapper.path if found else family.path if family else None
+        chain = chains.registered(module, cls)
+        runs = next((c for c in chain.classes if "forward" in c.methods), None) if chain else None
+        if path not in eagle3_files or runs is None or runs.returns_from is None:
+            continue
+        if not held_answers_model(plan.release, chains, chain, runs.returns_from):
+            continue
+        held = held_class(chains, chain, runs.returns_from)
+        built = [
+            a for c in held.classes for a, callee in c.holds if a in SHARED_EMBEDDINGS or callee == TOKEN_EMBEDDING
+        ]
+        answering.append(
+            {
+                "module": f"vllm.{registry_module(module)}",
+                "cls": cls,
+                "attribute": runs.returns_from,
+                "language_model": held.classes[0].name,
+                "language_model_module": f"vllm.{held.classes[0].module}",
+                "embedding": built[0],
+            }
+        )
+    return answering
 
 
 def run_inside(

@@ -6,8 +6,11 @@ Spec (0.15.0 and later, where ``test_eagle_proposer.load_drafter`` runs the real
 
 j. Every multimodal class found by rule whose file the tool patches hands the proposer, through the release's own
    ``get_language_model``, a language model whose ``model.embed_tokens`` the drafter then shares.
-k. Every class the tool refuses for that reason (a bare decoder, a decoder of its own file) makes the release's
-   ``load_model`` raise as the engine would start: its ``get_language_model()`` has no ``model``.
+k. Every class the tool refuses for that reason (a bare decoder of another file, one without an embedding) makes
+   the release's ``load_model`` raise as the engine would start: its ``get_language_model()`` has no ``model``.
+l. Every multimodal class the tool serves whose language model had no ``model`` (a class of the file the tool
+   patches: Aria's ``AriaTextModel``, Molmo's ``MolmoModel``) hands the proposer that language model, which
+   answers ``model`` with itself once patched, and the drafter shares the embedding it built.
 
 Each class is made with ``object.__new__`` (its real ``__init__`` wants a full ``VllmConfig`` and checkpoint
 files) and handed an instance, made the same way, of the class that holds its language model: the language
@@ -98,3 +101,16 @@ def test_the_proposer_fails_on_a_refused_wrapper(
     with pytest.raises((AttributeError, NotImplementedError)) as raised:
         load_drafter(obj, monkeypatch)
     assert isinstance(raised.value, NotImplementedError) or "'model'" in str(raised.value), raised.value
+
+
+@pytest.mark.parametrize("answering", TOOL.answering_wrappers, ids=lambda w: w.cls)
+def test_the_proposer_shares_the_embedding_of_a_language_model_answering_model_with_itself(
+    answering: tool_families.AnsweringWrapper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    language_model = bare(imported(answering.language_model_module, answering.language_model))
+    assert language_model.model is language_model, f"{answering.language_model} has no read-only model (unpatched?)"
+    setattr(language_model, answering.embedding, nn.Embedding(8, 4))
+    obj = target(imported(answering.module, answering.cls), answering.attribute, language_model)
+    drafter = load_drafter(obj, monkeypatch)
+    assert drafter.model.embed_tokens is getattr(language_model, answering.embedding)
+    assert dict(language_model.named_modules()).keys() == {"", answering.embedding}  # no module under `model`

@@ -56,6 +56,14 @@ class RefusedWrapper:
 
 
 @dataclass(frozen=True)
+class AnsweringWrapper(RefusedWrapper):
+    """A multimodal class the tool serves whose language model has no ``model`` of its own: the patched file gives
+    it a read-only ``model`` answering itself, where vLLM's proposer takes the embedding (built in ``embedding``)."""
+
+    embedding: str = "embed_tokens"
+
+
+@dataclass(frozen=True)
 class ToolFamilies:
     families: tuple[ToolFamily, ...]
     gated_model_types: tuple[str, ...]
@@ -65,6 +73,7 @@ class ToolFamilies:
     type containing one is accepted, before the patch and after it."""
     wrappers: tuple[ToolWrapper, ...] = ()
     refused_wrappers: tuple[RefusedWrapper, ...] = ()
+    answering_wrappers: tuple[AnsweringWrapper, ...] = ()
 
     def named(self, name: str) -> ToolFamily | None:
         """The family of module ``name`` (the catalog's first, as the tool's plan ranks them), if any."""
@@ -89,4 +98,6 @@ def load() -> ToolFamilies:
     )
     wrappers = tuple(ToolWrapper(**w) for w in data.get("wrappers", ()))
     refused = tuple(RefusedWrapper(**w) for w in data.get("refused_wrappers", ()))
-    return ToolFamilies(families, tuple(data["gated_model_types"]), tuple(data["accepted_before"]), wrappers, refused)
+    answering = tuple(AnsweringWrapper(**w) for w in data.get("answering_wrappers", ()))
+    gated, accepted = tuple(data["gated_model_types"]), tuple(data["accepted_before"])
+    return ToolFamilies(families, gated, accepted, wrappers, refused, answering)

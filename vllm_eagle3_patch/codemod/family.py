@@ -59,6 +59,11 @@ class Family:
     collects the ids itself (an ``EagleModelMixin`` decoder, 0.18.0 on: ``Glm4Model(LlamaModel)``):
     only the causal LM lacks the protocol and the methods."""
 
+    answers_model: bool = False
+    """A multimodal class runs the model (or what holds the decoder) as its language model, which has no
+    ``model`` of its own: a read-only ``model`` answers it with itself, where vLLM's proposer takes the
+    embedding (``get_language_model().model``; ``multimodal.answers_model``)."""
+
     @property
     def wrapper_policy(self) -> Policy:
         """A wrapper of the required family must be patchable where it exists (Kimi-K2.5 serves
@@ -86,6 +91,9 @@ class FoundWrapper:
     """... and that bare model is upstream's ``EagleModelMixin`` decoder, whose own setter lays out its ids."""
     model_types: tuple[str, ...] = ()
     """The gate's: the model types of the architectures it serves."""
+    answers_model: bool = False
+    """... and that bare model, a class of the wrapper's file with no ``model`` of its own, gains a read-only
+    ``model`` answering itself, where vLLM's proposer takes the embedding (``multimodal.answers_model``)."""
 
     @property
     def chosen_by_checkpoint(self) -> bool:

@@ -138,7 +138,7 @@ def _refuse_unless_applicable(plan: Plan) -> None:
         raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
     if plan.files_state is State.MODIFIED:
         found = next(f for f in plan.files if f.state is State.MODIFIED)
-        why = refusal(found.fact, found.reason, plan.install)
+        why = refusal(found.because, plan.install)
         raise ToolError(f"{plan.install.package_dir / found.path}: {why}. Nothing was changed")
 
 

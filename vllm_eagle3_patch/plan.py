@@ -19,7 +19,7 @@ from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .patch_kinds import Found
-from .plan_words import Families, FileFact, Standing, file_reason, plan_reason
+from .plan_words import Families, FileFact, FileReason, Standing, file_reason, plan_reason
 from .verdict_cache import StateCache, default_directory
 
 
@@ -52,8 +52,13 @@ class FilePlan:
     """The installed vLLM's version, which the reason names where the file differs from its RECORD."""
 
     @property
+    def because(self) -> FileReason:
+        """Why the file is in its state, as facts (``plan_words.file_reason`` words them)."""
+        return FileReason(self.fact, self.verdict_reason, self.installed, self.vllm_version, self.short)
+
+    @property
     def reason(self) -> str:
-        return file_reason(self.fact, self.verdict_reason, self.installed, self.vllm_version, self.short)
+        return file_reason(self.because)
 
     @property
     def changes(self) -> bool:
@@ -402,7 +407,7 @@ def _least_finished(files: list[FilePlan]) -> Standing:
     matching = [f for f in files if f.state is state]
     if state in (State.UNSUPPORTED, State.MODIFIED):
         first = min(matching, key=telling_first)
-        return Standing(state, blocking=(first.path, first.reason))
+        return Standing(state, blocking=(first.path, first.because))
     if state is State.NATIVE:
         return Standing(state, native=_families(matching))
     eagle3 = _families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))

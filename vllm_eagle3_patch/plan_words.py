@@ -38,17 +38,31 @@ class FileFact(enum.Enum):
     """Unpatched and differing from vLLM's RECORD, not accepted with ``--accept-modified``."""
 
 
+@dataclass(frozen=True)
+class FileReason:
+    """Why a file is in its state, as facts: what the plan found, and the values its words name."""
+
+    fact: FileFact
+    verdict_reason: str = ""
+    """The codemod's reason, where its verdict stands (``FileFact.JUDGED``)."""
+    installed: Optional[Comparison] = None
+    """How the file's original compares with vLLM's RECORD (None: there is no original to keep)."""
+    version: str = ""
+    """The installed vLLM's version, which the words name where the file differs from its RECORD."""
+    short: tuple[str, ...] = ()
+    """The model types a patched file (the gate) still refuses: the next ``apply`` completes it."""
+
+
 def differs(version: str) -> str:
     return f"differs from the installed vLLM {version} (RECORD)"
 
 
-def file_reason(
-    fact: FileFact, verdict_reason: str, installed: Optional[Comparison], version: str, short: tuple[str, ...]
-) -> str:
-    """A file's reason: what was found (``verdict_reason``: the codemod's), what its original is, and the
-    model types a patched gate still refuses (``short``)."""
+def file_reason(because: FileReason) -> str:
+    """A file's reason: what was found (the codemod's reason), what its original is, and the
+    model types a patched gate still refuses."""
+    installed, version = because.installed, because.version
     reason = {
-        FileFact.JUDGED: verdict_reason + _original_note(installed, version, ""),
+        FileFact.JUDGED: because.verdict_reason + _original_note(installed, version, ""),
         FileFact.NOT_FOUND: "file not found",
         FileFact.APPLIED: "applied by vllm-eagle3-patch"
         + _original_note(installed, version, "the original it keeps was "),
@@ -57,15 +71,17 @@ def file_reason(
         FileFact.UNREADABLE_MANIFEST: "applied by vllm-eagle3-patch (its manifest cannot be read here)",
         FileFact.MARKS_GONE: f"changed since vllm-eagle3-patch applied it (its marks are gone) and {differs(version)}",
         FileFact.MODIFIED_SINCE_INSTALL: f"modified since install: {differs(version)}",
-    }[fact]
+    }[because.fact]
+    short = because.short
     if short:
         listed = ", ".join(repr(t) for t in short[:3]) + (f" and {len(short) - 3} more" if len(short) > 3 else "")
         reason += f", but for fewer model types than this install needs: it refuses {listed} until `apply`"
     return reason
 
 
-def refusal(fact: FileFact, reason: str, install: VllmInstall) -> Optional[str]:
+def refusal(because: FileReason, install: VllmInstall) -> Optional[str]:
     """Why ``apply`` must leave a modified file alone, and the way out (None: it need not)."""
+    fact, reason = because.fact, file_reason(because)
     if fact is FileFact.CHANGED_SINCE_APPLY:
         return f"{reason}; run `{install.command('revert', '--force')}` first"
     if fact is FileFact.MARKS_GONE:
@@ -104,8 +120,8 @@ class Standing:
     """How far along the installation's files are (``plan.overall_state``), as facts."""
 
     state: State
-    blocking: Optional[tuple[str, str]] = None
-    """Unsupported or modified: the file that holds the others back, and its reason."""
+    blocking: Optional[tuple[str, FileReason]] = None
+    """Unsupported or modified: the file that holds the others back, and why."""
     eagle3: Families = Families()
     """Unpatched or patched: the families EAGLE-3 is (or can be) applied for."""
     native: Families = Families()
@@ -133,7 +149,7 @@ def standing_reason(standing: Standing) -> str:
     state = standing.state
     if standing.blocking is not None:
         path, why = standing.blocking
-        reason = f"{path}: {why}"
+        reason = f"{path}: {file_reason(why)}"
     elif state is State.NATIVE:
         reason = f"this vLLM supports EAGLE-3 itself for {families_text(standing.native)}"
     else:

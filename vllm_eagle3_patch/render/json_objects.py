@@ -3,7 +3,7 @@ from the plan, the outcome or the report the command produced."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..architecture_verdicts import ArchitectureVerdict
 from ..changes import Outcome
@@ -13,8 +13,10 @@ from ..drafters.target_model import TargetModel
 from ..install.journal import Interruption
 from ..install.locate import VllmInstall
 from ..plan import Plan
-from ..verification.verify import Report
+from ..verification.checks import Check
+from ..verification.verify import FileCheck, Report
 from .messages import outcome_message
+from .words import check_words
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -76,9 +78,14 @@ def verify_data(report: Report) -> dict[str, Any]:
         "verified": report.ok,
         "imported": report.imported,
         "import_error": report.import_error,
-        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
+        "checks": [_check_object(check) for check in report.checks],
         **({"engine": report.engine} if report.engine is not None else {}),
     }
+
+
+def _check_object(check: Union[Check, FileCheck]) -> dict[str, Any]:
+    name, detail = check_words(check)
+    return {"name": name, "ok": check.ok, "detail": detail}
 
 
 def status_object(

@@ -21,6 +21,7 @@ from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
 from .messages import outcome_message
+from .words import check_words
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -195,7 +196,8 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
     verdict = verify_verdict(report, static_enough)
     if not use_colour(stream):
         for check in report.checks:
-            stream.write(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}\n")
+            name, detail = check_words(check)
+            stream.write(f"{'ok  ' if check.ok else 'FAIL'}  {name}: {detail}\n")
         stream.write(f"verdict: {verdict}\n")
         return
     from rich.console import Console
@@ -205,7 +207,8 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
     console = Console(file=stream, highlight=False)
     table = Table("check", "result", "detail")
     for check in report.checks:
-        table.add_row(escape(check.name), "[green]ok[/]" if check.ok else "[red]FAIL[/]", escape(check.detail))
+        name, detail = check_words(check)
+        table.add_row(escape(name), "[green]ok[/]" if check.ok else "[red]FAIL[/]", escape(detail))
     console.print(table)
     colour = "green" if verdict.startswith("PASS") else "red"
     console.print(f"verdict: [{colour}]{escape(verdict)}[/]")

@@ -16,7 +16,7 @@ from ..plan import Plan
 from ..verification.checks import Check
 from ..verification.verify import FileCheck, Report
 from .messages import outcome_message
-from .words import check_words
+from .words import architecture_reason, check_words
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -83,6 +83,21 @@ def verify_data(report: Report) -> dict[str, Any]:
     }
 
 
+def architecture_object(verdict: ArchitectureVerdict) -> dict[str, Any]:
+    """One row of ``status --architectures --json``: the verdict, its reason worded, and its facts."""
+    return {
+        "architecture": verdict.architecture,
+        "module": verdict.module,
+        "cls": verdict.cls,
+        "verdict": verdict.verdict,
+        "reason": architecture_reason(verdict),
+        "family": verdict.family,
+        "over_pipeline_ranks": verdict.over_pipeline_ranks,
+        "decoder_only": verdict.decoder_only,
+        "kind": verdict.kind,
+    }
+
+
 def _check_object(check: Union[Check, FileCheck]) -> dict[str, Any]:
     name, detail = check_words(check)
     return {"name": name, "ok": check.ok, "detail": detail}
@@ -94,7 +109,7 @@ def status_object(
     """``status --json``, with ``--model``'s verdict and ``--architectures``' rows where they were asked for."""
     extra: dict[str, Any] = {"model": model_data(model)} if model else {}
     if architectures is not None:
-        extra["architectures"] = [vars(verdict) for verdict in architectures]
+        extra["architectures"] = [architecture_object(verdict) for verdict in architectures]
     return {**status_data(plan), **extra}
 
 

@@ -21,7 +21,7 @@ from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
 from .messages import outcome_message
-from .words import check_words
+from .words import architecture_reason, check_words
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -57,9 +57,8 @@ def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sy
     )
     for verdict in verdicts:
         ranks = "; its aux states cross pipeline ranks" if verdict.over_pipeline_ranks else ""
-        stream.write(
-            f"  {verdict.verdict:<10} {verdict.kind:<10} {verdict.architecture:<{width}}  {verdict.reason}{ranks}\n"
-        )
+        reason = architecture_reason(verdict)
+        stream.write(f"  {verdict.verdict:<10} {verdict.kind:<10} {verdict.architecture:<{width}}  {reason}{ranks}\n")
     for kind in dict.fromkeys(v.kind for v in verdicts):
         of_kind = [v for v in verdicts if v.kind == kind]
         counts = ", ".join(f"{sum(v.verdict == verdict for v in of_kind)} {verdict}" for verdict in VERDICTS)

@@ -5,6 +5,23 @@ from __future__ import annotations
 
 from typing import Union
 
+from ..architecture_verdicts import (
+    AnotherFamilysFile,
+    ArchitectureVerdict,
+    FamilyFile,
+    GateSays,
+    Implements,
+    LanguageModel,
+    RunnerReason,
+    Unreadable,
+    Unserved,
+    WrapperFile,
+)
+from ..codemod.family import CHECKPOINTS_MODEL
+from ..codemod.patch import State
+from ..drafters.gate import quoted
+from ..eagle3.class_chain import registry_module
+from ..plan import FilePlan
 from ..plan_words import file_reason
 from ..verification.checks import Check
 from ..verification.verify import Expected, FileCheck
@@ -19,3 +36,54 @@ def check_words(check: Union[Check, FileCheck]) -> tuple[str, str]:
         return f"{file.path} is left alone", f"apply cannot patch it: {reason}"
     detail = reason if check.expected is Expected.MET else f"expected patched or native: {reason}"
     return f"{file.path} is {file.state.value}", detail
+
+
+def architecture_reason(verdict: ArchitectureVerdict) -> str:
+    """Why ``status --architectures`` judges an architecture so: the runner's reason, then the gate's."""
+    reason = runner_reason(verdict.runner)
+    gate = verdict.gate
+    if gate is None:
+        return reason
+    if gate.says is GateSays.OPENED:
+        return f"{reason}; the speculative-config gate admits {quoted(gate.types)} as vllm-eagle3-patch patched it"
+    refusal = f"the speculative-config gate ({gate.file.path}) refuses {quoted(gate.types)}"
+    if gate.says is GateSays.REFUSES_UNTIL_APPLY:
+        return f"{reason}; {refusal} until `apply`"
+    return f"{reason}; {refusal}: {file_reason(gate.file.because)}"
+
+
+def runner_reason(reason: RunnerReason) -> str:
+    """Why the runner accepts or refuses the class the registry names."""
+    if isinstance(reason, Unreadable):
+        return f"{registry_module(reason.module)} defines no class {reason.cls} this tool can read"
+    if isinstance(reason, FamilyFile):
+        return f"{reason.family}: {_file_state(reason.file)}"
+    if isinstance(reason, WrapperFile):
+        handed_on = _language_model(reason.language_model)
+        return f"{_file_state(reason.file)}; {reason.cls} hands EAGLE-3 on to {handed_on}"
+    if isinstance(reason, Implements):
+        where = f" (from {reason.holder})" if reason.holder else ""
+        return f"{reason.cls} implements SupportsEagle3{where}"
+    if isinstance(reason, AnotherFamilysFile):
+        return f"{reason.path} is patched for another family, which does not cover {reason.causal_lm}"
+    unserved: Unserved = reason
+    lacks = f"{unserved.cls} ({unserved.module}.py) lacks SupportsEagle3"
+    return unserved.unrecognised or f"{lacks}, and no model family this tool patches serves it"
+
+
+def _file_state(file: FilePlan) -> str:
+    """``path is state``, and why where the file cannot be patched."""
+    why = f": {file_reason(file.because)}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
+    return f"{file.path} is {file.state.value}{why}"
+
+
+def _language_model(language_model: LanguageModel) -> str:
+    """What a multimodal class hands EAGLE-3 on to, and why that one can take it."""
+    name, family = language_model.name, language_model.family
+    if language_model.by_checkpoint:
+        return CHECKPOINTS_MODEL + ", which must be an EAGLE-3 target (`status --model DIR` judges one)"
+    if name is None:
+        return f"its language model ({family})"
+    if family is not None:
+        return f"its language model, {name} ({family})"
+    return f"its language model, {name}, which implements SupportsEagle3"

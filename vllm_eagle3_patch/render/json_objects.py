@@ -16,7 +16,7 @@ from ..plan import Plan
 from ..verification.checks import Check
 from ..verification.verify import FileCheck, Report
 from .messages import outcome_message
-from .words import architecture_reason, check_words
+from .words import architecture_reason, check_words, finding_detail
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -148,6 +148,7 @@ def diagnosis_object(diagnosis: Diagnosis) -> dict[str, Any]:
         "captured": list(diagnosis.captured) if diagnosis.captured is not None else None,
         "expected": list(diagnosis.expected) if diagnosis.expected is not None else None,
         "findings": [
-            {"check": f.check, "verdict": f.verdict.value, "detail": f.detail, "fix": f.fix} for f in diagnosis.findings
+            {"check": f.check, "verdict": f.verdict.value, "detail": finding_detail(f), "fix": f.fix}
+            for f in diagnosis.findings
         ],
     }

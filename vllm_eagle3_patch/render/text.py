@@ -21,7 +21,7 @@ from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
 from .messages import outcome_message
-from .words import architecture_reason, check_words
+from .words import architecture_reason, check_words, finding_detail
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -217,7 +217,7 @@ def print_diagnosis(diagnosis: Diagnosis, stream: Optional[TextIO] = None) -> No
     """``doctor``: one line per check (with its fix where it is not ok), then the verdict (``stream`` None: stdout)."""
     for finding in diagnosis.findings:
         fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
-        print(f"{finding.verdict.value:<8} {finding.check}: {finding.detail}{fix}", file=stream)
+        print(f"{finding.verdict.value:<8} {finding.check}: {finding_detail(finding)}{fix}", file=stream)
     failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
     print(
         "verdict: consistent" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)",

@@ -16,7 +16,7 @@ from ..plan import Plan
 from ..verification.checks import Check
 from ..verification.verify import FileCheck, Report
 from .messages import outcome_message
-from .words import architecture_reason, check_words, finding_detail
+from .words import architecture_reason, check_words, finding_detail, target_verdict
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def model_data(model: TargetModel) -> dict[str, Any]:
         "module": model.module,
         "family": model.family.name if model.family else None,
         "eagle3_target": model.ready,
-        "verdict": model.verdict(),
+        "verdict": target_verdict(model),
         "files": {f.path: f.state.value for f in model.files},
     }
 

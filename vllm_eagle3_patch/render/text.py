@@ -21,7 +21,7 @@ from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
 from .messages import outcome_message
-from .words import architecture_reason, check_words, finding_detail
+from .words import architecture_reason, check_words, finding_detail, target_verdict
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -103,7 +103,7 @@ def print_outcome(outcome: Outcome, stream: Optional[TextIO] = None) -> None:
 
 def print_model(model: TargetModel, stream: Optional[TextIO] = None) -> None:
     """``status --model``: the model's verdict on this install (``stream`` None: stdout)."""
-    print(f"model: {model.verdict()}", file=stream)
+    print(f"model: {target_verdict(model)}", file=stream)
 
 
 def use_colour(stream: TextIO) -> bool:

@@ -21,6 +21,7 @@ from ..codemod.family import CHECKPOINTS_MODEL
 from ..codemod.patch import State
 from ..drafters.doctor import Finding, ReleaseFacts, Serving
 from ..drafters.gate import quoted
+from ..drafters.target_model import READY, TargetModel
 from ..eagle3.class_chain import registry_module
 from ..plan import FilePlan
 from ..plan_words import file_reason
@@ -105,5 +106,64 @@ def release_detail(facts: ReleaseFacts) -> str:
     if facts.serving is Serving.NO_TARGET or model is None:
         return f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
     unrecognised = facts.unrecognised
-    detail = f"{where}: {model.verdict()}" + (f": {file_reason(unrecognised.because)}" if unrecognised else "")
+    detail = f"{where}: {target_verdict(model)}" + (f": {file_reason(unrecognised.because)}" if unrecognised else "")
     return detail + (": its own model class decides" if facts.serving is Serving.ITS_OWN_CLASS else "")
+
+
+def target_verdict(model: TargetModel) -> str:
+    """Whether this install makes the model an EAGLE-3 target, and what it waits for where it does not."""
+    where = f" ({model.module}.py)" if model.module else ""
+    if model.module is None:
+        return f"{model.architecture}: not in this vLLM's model registry"
+    if model.declares_eagle3:
+        if model.gate.admits:
+            return f"{model.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
+        why = f"its class implements EAGLE-3, but {gate_refusal(model)}"
+        return f"{model.architecture}{where}: not an EAGLE-3 target yet ({why})"
+    if model.wrapper is not None:
+        return _wrapper_verdict(model, where)
+    if model.refusal is not None:
+        return f"{model.architecture}{where}: not an EAGLE-3 target ({model.refusal})"
+    if model.family is None:
+        return f"{model.architecture}{where}: not a model family this tool patches"
+    if model.ready:
+        how = "native" if model.native else "patched"
+        return f"{model.architecture}{where}: an EAGLE-3 target on this install ({model.family.name}, {how})"
+    waiting = [f"{f.path} is {f.state.value}" for f in model.files if f.state not in READY]
+    if not model.gate.admits:
+        waiting.append(gate_refusal(model))
+    return f"{model.architecture}{where}: not an EAGLE-3 target yet ({', '.join(waiting)})"
+
+
+def gate_refusal(model: TargetModel) -> str:
+    """Why the gate stops the model, and what decides (the checkpoint's type, where the name alone cannot)."""
+    gate = model.gate
+    refusal = f"the speculative-config gate refuses {quoted(gate.refused)}"
+    admitted = tuple(t for t in gate.model_types if t not in gate.refused)
+    if admitted and not model.from_checkpoint:
+        refusal += f" but admits {quoted(admitted)}: its checkpoint's config.json decides"
+    return refusal + (" until `apply`" if gate.apply_opens else "")
+
+
+def _wrapper_verdict(model: TargetModel, where: str) -> str:
+    """A multimodal class found by rule: its files, the gate, and the language model the checkpoint names."""
+    wrapper = model.wrapper
+    assert wrapper is not None
+    inner = model.language_model
+    if wrapper.chosen_by_checkpoint:
+        through = f"its language model, {inner.architecture}" if inner else "the language model its checkpoint names"
+    else:
+        through = f"its language model, {wrapper.language_model}"
+    if model.ready:
+        how = f"{wrapper.name} hands it on to {through}"
+        return f"{model.architecture}{where}: an EAGLE-3 target on this install ({how})"
+    waiting = [f"{f.path} is {f.state.value}" for f in model.files if f.state not in READY]
+    if not model.gate.admits:
+        waiting.append(gate_refusal(model))
+    if wrapper.chosen_by_checkpoint and inner is None and not model.from_checkpoint:
+        waiting.append("its checkpoint's text config names its language model: give the checkpoint's directory")
+    elif wrapper.chosen_by_checkpoint and inner is None:
+        waiting.append("its checkpoint's text_config names no architectures, which would be its language model")
+    elif inner is not None and not inner.ready:
+        waiting.append(target_verdict(inner))
+    return f"{model.architecture}{where}: not an EAGLE-3 target yet ({'; '.join(waiting)})"

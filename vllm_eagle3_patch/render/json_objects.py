@@ -16,6 +16,7 @@ from ..plan import Plan
 from ..verification.checks import Check
 from ..verification.verify import FileCheck, Report
 from .messages import outcome_message
+from .plan_words import file_reason, plan_reason
 from .words import architecture_reason, check_words, finding_detail, target_verdict
 
 
@@ -28,7 +29,7 @@ def status_data(plan: Plan) -> dict[str, Any]:
         "distribution": plan.install.distribution,
         "record": str(record.path) if record is not None else None,
         "state": plan.state.value,
-        "reason": plan.reason,
+        "reason": plan_reason(plan),
         "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
         **({"unreadable_state": plan.unreadable_state} if plan.unreadable_state else {}),
         **({"interrupted": interruption_data(plan.interruption)} if plan.interruption else {}),
@@ -36,7 +37,7 @@ def status_data(plan: Plan) -> dict[str, Any]:
             {
                 "file": f.path,
                 "state": f.state.value,
-                "reason": f.reason,
+                "reason": file_reason(f.because),
                 "original": f.installed.check.value if f.installed is not None else None,
             }
             for f in plan.files

@@ -10,7 +10,7 @@ from ..changes import Done, Outcome, Refused
 from ..codemod.patch import State
 from ..errors import ToolError
 from ..install.record import RecordCheck
-from ..plan_words import file_reason, refusal
+from .plan_words import file_reason, refusal
 
 
 def outcome_message(outcome: Outcome) -> str:

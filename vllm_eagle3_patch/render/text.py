@@ -21,6 +21,7 @@ from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
 from .messages import outcome_message
+from .plan_words import file_reason
 from .words import architecture_reason, check_words, finding_detail, target_verdict
 
 _STATE_STYLE = {
@@ -135,7 +136,9 @@ def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
     console.print(escape(originals_line(plan)))
     table = Table("file", "state", "reason")
     for file in plan.files:
-        table.add_row(file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", escape(file.reason))
+        table.add_row(
+            file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", escape(file_reason(file.because))
+        )
     console.print(table)
 
 

@@ -24,9 +24,9 @@ from ..drafters.gate import quoted
 from ..drafters.target_model import READY, TargetModel
 from ..eagle3.class_chain import registry_module
 from ..plan import FilePlan
-from ..plan_words import file_reason
 from ..verification.checks import Check
 from ..verification.verify import Expected, FileCheck
+from .plan_words import file_reason, plan_reason
 
 
 def check_words(check: Union[Check, FileCheck]) -> tuple[str, str]:
@@ -102,7 +102,7 @@ def release_detail(facts: ReleaseFacts) -> str:
     plan, model = facts.plan, facts.model
     where = f"vLLM {plan.install.version} ({plan.state.value})"
     if facts.serving is Serving.THE_FILES:
-        return f"{where}: {plan.reason}"
+        return f"{where}: {plan_reason(plan)}"
     if facts.serving is Serving.NO_TARGET or model is None:
         return f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
     unrecognised = facts.unrecognised

@@ -1,56 +1,16 @@
-"""What the plan found a file to be, as data (``FileFact``), and the words its reason and refusal say.
-
-The plan records facts; the words live here, so that deciding a file's state and saying it are apart.
-They sit below ``plan.py`` (which answers ``FilePlan.reason``) because the layers that read the plan (apply's
-refusals, ``verify``, ``doctor``, ``status --architectures``) still read its reasons as text.
-"""
+"""The words of the plan's facts: a file's reason (``plan_facts.FileReason``), the installation's (its
+``Standing``), and why ``apply`` must leave a modified file alone."""
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
 from typing import Optional
 
-from . import __version__
-from .codemod.patch import State
-from .install.locate import VllmInstall
-from .install.record import Comparison, RecordCheck
-
-
-class FileFact(enum.Enum):
-    """The kind of a file's reason: the codemod's verdict, or what the plan found beyond it."""
-
-    JUDGED = "judged"
-    """The codemod's verdict stands (its reason), with what the plan knows of the original."""
-    NOT_FOUND = "not found"
-    """A required file the release does not have."""
-    APPLIED = "applied"
-    """The bytes an earlier ``apply`` wrote, as its manifest records them."""
-    CHANGED_SINCE_APPLY = "changed since apply"
-    """Patched, named by the manifest, but holding other bytes than ``apply`` wrote."""
-    UNRECORDED = "unrecorded"
-    """Patched, and no manifest records it: ``revert`` cannot restore it."""
-    UNREADABLE_MANIFEST = "unreadable manifest"
-    """Patched, and the manifest cannot be read by this user."""
-    MARKS_GONE = "marks gone"
-    """Edited after ``apply``, its marks with it, and differing from vLLM's RECORD."""
-    MODIFIED_SINCE_INSTALL = "modified since install"
-    """Unpatched and differing from vLLM's RECORD, not accepted with ``--accept-modified``."""
-
-
-@dataclass(frozen=True)
-class FileReason:
-    """Why a file is in its state, as facts: what the plan found, and the values its words name."""
-
-    fact: FileFact
-    verdict_reason: str = ""
-    """The codemod's reason, where its verdict stands (``FileFact.JUDGED``)."""
-    installed: Optional[Comparison] = None
-    """How the file's original compares with vLLM's RECORD (None: there is no original to keep)."""
-    version: str = ""
-    """The installed vLLM's version, which the words name where the file differs from its RECORD."""
-    short: tuple[str, ...] = ()
-    """The model types a patched file (the gate) still refuses: the next ``apply`` completes it."""
+from .. import __version__
+from ..codemod.patch import State
+from ..install.locate import VllmInstall
+from ..install.record import Comparison, RecordCheck
+from ..plan import Plan
+from ..plan_facts import Families, FileFact, FileReason, Standing
 
 
 def differs(version: str) -> str:
@@ -104,43 +64,19 @@ def _original_note(installed: Optional[Comparison], version: str, subject: str) 
     return ""
 
 
-@dataclass(frozen=True)
-class Families:
-    """The model families some files serve: the catalog's by name, in its order, and how many more the rule found."""
-
-    named: tuple[str, ...] = ()
-    found: int = 0
-
-    def __bool__(self) -> bool:
-        return bool(self.named or self.found)
-
-
-@dataclass(frozen=True)
-class Standing:
-    """How far along the installation's files are (``plan.overall_state``), as facts."""
-
-    state: State
-    blocking: Optional[tuple[str, FileReason]] = None
-    """Unsupported or modified: the file that holds the others back, and why."""
-    eagle3: Families = Families()
-    """Unpatched or patched: the families EAGLE-3 is (or can be) applied for."""
-    native: Families = Families()
-    """The families this vLLM serves with EAGLE-3 itself."""
-    left_alone: tuple[str, ...] = ()
-    """The optional files left alone as unsupported, the catalog's families first."""
-
-
-def plan_reason(standing: Standing, unreadable: Optional[str], stale_for: Optional[str], stale_files: int) -> str:
-    """The installation's reason: its standing, then why the states may mislead (``unreadable``: why the manifest
-    cannot be read; ``stale_for``: the vLLM version the manifest was written for, where it is another; ``stale_files``:
-    how many files hold other bytes than ``apply`` wrote)."""
-    reason = standing_reason(standing)
-    if unreadable:
-        reason += f" ({unreadable}: the states come from the files' own contents)"
-    if stale_for is not None:
-        reason += f" (the manifest is stale: written for vLLM {stale_for})"
-    elif stale_files:
-        reason += f" (the manifest is stale: {stale_files} file(s) hold other bytes than apply wrote; reinstalled?)"
+def plan_reason(plan: Plan) -> str:
+    """The installation's reason: an unfinished run, or its standing, then why the states may mislead."""
+    if plan.interruption:  # why files differ from the manifest, and what to do: no stale note; the rows say the rest
+        return plan.interruption.reason(plan.install.command)
+    reason = standing_reason(plan.standing)
+    if plan.unreadable_state:
+        reason += f" ({plan.unreadable_state}: the states come from the files' own contents)"
+    if plan.stale_for is not None:
+        reason += f" (the manifest is stale: written for vLLM {plan.stale_for})"
+    elif plan.stale_files:
+        reason += (
+            f" (the manifest is stale: {plan.stale_files} file(s) hold other bytes than apply wrote; reinstalled?)"
+        )
     return reason
 
 

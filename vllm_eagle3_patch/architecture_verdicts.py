@@ -11,19 +11,102 @@ the per-file rows.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Optional, Union
 
 from .catalog import FAMILIES
-from .codemod.family import CHECKPOINTS_MODEL, FoundWrapper
+from .codemod.family import FoundWrapper
 from .codemod.patch import State
 from .discovery import Discovery, model_types
-from .drafters.gate import GateVerdict, gate_verdict, quoted
-from .eagle3.class_chain import Chain, ChainReader, registry_module
+from .drafters.gate import GateVerdict, gate_verdict
+from .eagle3.class_chain import Chain, ChainReader
 from .patches.pipeline_relay import carries_aux_across_ranks
 from .plan import FilePlan, Plan
 
 VERDICTS = ("native", "patched", "patchable", "gated", "refused")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """The registry names a class this tool cannot read in its module."""
+
+    module: str
+    cls: str
+
+
+@dataclass(frozen=True)
+class FamilyFile:
+    """A family's causal LM is on the class's chain: its file's state is the verdict."""
+
+    family: str
+    file: FilePlan
+
+
+@dataclass(frozen=True)
+class LanguageModel:
+    """What a multimodal wrapper hands EAGLE-3 on to."""
+
+    name: Optional[str] = None
+    """The language model's class (None: a catalog family's wrapper, named by its family)."""
+    family: Optional[str] = None
+    """The family that serves it (None: it implements SupportsEagle3 itself, or the checkpoint chooses it)."""
+    by_checkpoint: bool = False
+    """The checkpoint's text config names it, so it must be an EAGLE-3 target itself."""
+
+
+@dataclass(frozen=True)
+class WrapperFile:
+    """A multimodal class served through a wrapper: the wrapper's file's state is the verdict."""
+
+    file: FilePlan
+    cls: str
+    language_model: LanguageModel
+
+
+@dataclass(frozen=True)
+class Implements:
+    """The class's chain declares EAGLE-3 (``holder``: the class that does, where it is another)."""
+
+    cls: str
+    holder: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class AnotherFamilysFile:
+    """Found by rule, but its file is patched for another family, which does not cover its causal LM."""
+
+    path: str
+    causal_lm: str
+
+
+@dataclass(frozen=True)
+class Unserved:
+    """No family serves the class (``unrecognised``: what the rule did not find, where it looked)."""
+
+    cls: str
+    module: str
+    unrecognised: Optional[str] = None
+    """Discovery's reason, a free-form string fact: the codemod or the rule names what was not there."""
+
+
+RunnerReason = Union[Unreadable, FamilyFile, WrapperFile, Implements, AnotherFamilysFile, Unserved]
+
+
+class GateSays(enum.Enum):
+    """What the speculative-config gate adds to the runner's verdict."""
+
+    REFUSES_UNTIL_APPLY = "refuses until apply"
+    REFUSES = "refuses"
+    OPENED = "opened"
+    """Admits the types only as this tool patched it."""
+
+
+@dataclass(frozen=True)
+class GateReason:
+    says: GateSays
+    types: tuple[str, ...]
+    file: FilePlan
 
 
 @dataclass(frozen=True)
@@ -33,7 +116,8 @@ class ArchitectureVerdict:
     cls: str
     verdict: str
     """One of :data:`VERDICTS`."""
-    reason: str
+    runner: RunnerReason
+    """Why the runner judges the class so, as facts (``render/words.py`` words the reason)."""
     family: Optional[str] = None
     over_pipeline_ranks: Optional[bool] = None
     """Whether its decoder carries aux states across pipeline ranks once patched (0.30.0+, model runner V2);
@@ -43,6 +127,8 @@ class ArchitectureVerdict:
     kind: str = "text"
     """``text`` (``_TEXT_GENERATION_MODELS``) or ``multimodal`` (``_MULTIMODAL_MODELS``: a language model behind
     encoders of images, video or audio)."""
+    gate: Optional[GateReason] = None
+    """What the speculative-config gate adds, where it refuses the types or admits them only as patched."""
 
 
 def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
@@ -71,13 +157,13 @@ def through_the_gate(verdict: ArchitectureVerdict, gate: GateVerdict) -> Archite
     if verdict.verdict not in ("native", "patched"):
         return verdict
     if gate.refused and gate.file is not None:
-        refusal = f"the speculative-config gate ({gate.file.path}) refuses {quoted(gate.refused)}"
         if gate.apply_opens:
-            return replace(verdict, verdict="gated", reason=f"{verdict.reason}; {refusal} until `apply`")
-        return replace(verdict, verdict="refused", reason=f"{verdict.reason}; {refusal}: {gate.file.reason}")
-    if gate.opened and verdict.verdict == "native":
-        opened = f"; the speculative-config gate admits {quoted(gate.opened)} as vllm-eagle3-patch patched it"
-        return replace(verdict, verdict="patched", reason=verdict.reason + opened)
+            return replace(
+                verdict, verdict="gated", gate=GateReason(GateSays.REFUSES_UNTIL_APPLY, gate.refused, gate.file)
+            )
+        return replace(verdict, verdict="refused", gate=GateReason(GateSays.REFUSES, gate.refused, gate.file))
+    if gate.opened and gate.file is not None and verdict.verdict == "native":
+        return replace(verdict, verdict="patched", gate=GateReason(GateSays.OPENED, gate.opened, gate.file))
     return verdict
 
 
@@ -90,60 +176,47 @@ def judge(
     discovery: Discovery = Discovery(()),
     relays: bool = False,
 ) -> ArchitectureVerdict:
-    def verdict(kind: str, reason: str, family: Optional[str] = None) -> ArchitectureVerdict:
+    def verdict(kind: str, reason: RunnerReason, family: Optional[str] = None) -> ArchitectureVerdict:
         return ArchitectureVerdict(architecture, module, cls, kind, reason, family)
 
     if chain is None:
-        return verdict("refused", f"{registry_module(module)} defines no class {cls} this tool can read")
+        return verdict("refused", Unreadable(module, cls))
     found = discovery.architectures.get(architecture)
     for family in (*FAMILIES, *([found] if found else [])):
         family_module = family.path.removesuffix(".py").replace("/", ".")
         if chain.includes(family_module, family.causal_lm) and family.path in files:
             file = files[family.path]
-            why = f": {file.reason}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
-            found_verdict = verdict(
-                _FROM_STATE[file.state], f"{family.name}: {file.path} is {file.state.value}{why}", family.name
-            )
+            found_verdict = verdict(_FROM_STATE[file.state], FamilyFile(family.name, file), family.name)
             return replace(found_verdict, over_pipeline_ranks=_over_pipeline_ranks(file, relays))
     wrapped = _through_a_wrapper(chain, files, discovery.wrappers.get(architecture))
     if wrapped is not None:
         family_name, file, language_model = wrapped
-        why = f": {file.reason}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
-        return verdict(
-            _FROM_STATE[file.state],
-            f"{file.path} is {file.state.value}{why}; {cls} hands EAGLE-3 on to {language_model}",
-            family_name,
-        )
+        return verdict(_FROM_STATE[file.state], WrapperFile(file, cls, language_model), family_name)
     if chain.declares_eagle3:
         holder = next((c for c in chain.classes if "SupportsEagle3" in {b.rsplit(".", 1)[-1] for b in c.bases}), None)
-        where = f" (from {holder.module}.{holder.name})" if holder and holder.name != cls else ""
-        return verdict("native", f"{cls} implements SupportsEagle3{where}")
+        where = f"{holder.module}.{holder.name}" if holder and holder.name != cls else None
+        return verdict("native", Implements(cls, where))
     if found is not None:  # found by rule, but its file is another family's
-        return verdict("refused", f"{found.path} is patched for another family, which does not cover {found.causal_lm}")
-    return verdict(
-        "refused",
-        discovery.unrecognised.get(architecture)
-        or f"{cls} ({module}.py) lacks SupportsEagle3, and no model family this tool patches serves it",
-    )
+        return verdict("refused", AnotherFamilysFile(found.path, found.causal_lm))
+    return verdict("refused", Unserved(cls, module, discovery.unrecognised.get(architecture)))
 
 
 def _through_a_wrapper(
     chain: Chain, files: dict[str, FilePlan], found: Optional[FoundWrapper]
-) -> Optional[tuple[str, FilePlan, str]]:
+) -> Optional[tuple[str, FilePlan, LanguageModel]]:
     """``(family, wrapper's file, language model)`` of a multimodal class served through a wrapper: a catalog
     family's (Gemma 3's, Kimi-K2.5's) or one found by rule."""
     for family in FAMILIES:
         wrapper = family.wrapper
         if wrapper is not None and chain.includes(_module(wrapper.path), wrapper.cls) and wrapper.path in files:
-            return family.name, files[wrapper.path], f"its language model ({family.name})"
+            return family.name, files[wrapper.path], LanguageModel(family=family.name)
     if found is None or found.wrapper.path not in files:
         return None
     if found.chosen_by_checkpoint:
-        language_model = CHECKPOINTS_MODEL + ", which must be an EAGLE-3 target (`status --model DIR` judges one)"
-    elif found.family is not None:
-        language_model = f"its language model, {found.language_model} ({found.family.name})"
+        language_model = LanguageModel(by_checkpoint=True)
     else:
-        language_model = f"its language model, {found.language_model}, which implements SupportsEagle3"
+        family_name = found.family.name if found.family is not None else None
+        language_model = LanguageModel(found.language_model, family_name)
     return found.name, files[found.wrapper.path], language_model
 
 

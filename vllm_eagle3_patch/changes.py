@@ -27,7 +27,6 @@ from .install.lock import locked
 from .install.manifest import STATE_DIR, FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .plan import FilePlan, Plan, make_plan, telling_first
-from .plan_words import refusal
 
 
 class Done(str, enum.Enum):
@@ -38,6 +37,16 @@ class Done(str, enum.Enum):
     NATIVE = "native"
     RESTORED = "restored"
     NOTHING_TO_REVERT = "nothing to revert"
+
+
+class Refused(ToolError):
+    """``apply``'s refusal of a file it cannot patch (unsupported) or must leave alone (modified), as facts:
+    the install and the file.  ``render/messages.py`` words it; its own text is only the file's path."""
+
+    def __init__(self, install: VllmInstall, file: FilePlan) -> None:
+        super().__init__(file.path)
+        self.install = install
+        self.file = file
 
 
 @dataclass(frozen=True)
@@ -135,11 +144,9 @@ def _left_alone(plan: Plan) -> tuple[str, ...]:
 
 def _refuse_unless_applicable(plan: Plan) -> None:
     if plan.files_state is State.UNSUPPORTED:
-        raise ToolError(f"{plan.install.package_dir / _first(plan, State.UNSUPPORTED)}; nothing was changed")
+        raise Refused(plan.install, min((f for f in plan.files if f.state is State.UNSUPPORTED), key=telling_first))
     if plan.files_state is State.MODIFIED:
-        found = next(f for f in plan.files if f.state is State.MODIFIED)
-        why = refusal(found.fact, found.reason, plan.install)
-        raise ToolError(f"{plan.install.package_dir / found.path}: {why}. Nothing was changed")
+        raise Refused(plan.install, next(f for f in plan.files if f.state is State.MODIFIED))
 
 
 def _write_patches(plan: Plan) -> Outcome:
@@ -333,8 +340,3 @@ def unwritable(package_dir: Path) -> Optional[Path]:
     places = [state_dir, state_dir / "lock"] if state_dir.is_dir() else [package_dir]
     places += dict.fromkeys((package_dir / patch.default_path).parent for patch in every_patch())
     return next((place for place in places if place.exists() and not os.access(place, os.W_OK)), None)
-
-
-def _first(plan: Plan, state: State) -> str:
-    found = min((f for f in plan.files if f.state is state), key=telling_first)
-    return f"{found.path}: {found.reason}"

@@ -24,6 +24,7 @@ from .errors import ToolError
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
 from .render import json_objects, text
+from .render.messages import error_message
 from .verification import verify
 
 STATIC_ONLY = 3
@@ -43,7 +44,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:
         return output.reader_went_away()
     except ToolError as error:
-        return output.error(str(error), 1, as_json)
+        return output.error(error_message(error), 1, as_json)
     except OSError as error:
         return output.error(f"{error.filename or ''}: {error.strerror or error}", 1, as_json)
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from .install.locate import VllmInstall
 from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .patch_kinds import Found
-from .plan_words import Families, FileFact, Standing, file_reason, plan_reason
+from .plan_facts import Families, FileFact, FileReason, Standing
 from .verdict_cache import StateCache, default_directory
 
 
@@ -32,7 +32,7 @@ class FilePlan:
     patch: str
     state: State
     fact: FileFact
-    """What the plan found the file to be: the kind of its reason (``plan_words.py`` says it)."""
+    """What the plan found the file to be: the kind of its reason (``render/plan_words.py`` says it)."""
     current: bytes
     original: Optional[bytes] = None
     desired: Optional[bytes] = None
@@ -52,8 +52,9 @@ class FilePlan:
     """The installed vLLM's version, which the reason names where the file differs from its RECORD."""
 
     @property
-    def reason(self) -> str:
-        return file_reason(self.fact, self.verdict_reason, self.installed, self.vllm_version, self.short)
+    def because(self) -> FileReason:
+        """Why the file is in its state, as facts (``render/plan_words.file_reason`` words them)."""
+        return FileReason(self.fact, self.verdict_reason, self.installed, self.vllm_version, self.short)
 
     @property
     def changes(self) -> bool:
@@ -86,15 +87,20 @@ class Plan:
         return overall_state(self.files).state
 
     @property
-    def reason(self) -> str:
-        if (
-            self.interruption
-        ):  # why files differ from the manifest, and what to do: no stale note; the rows say the rest
-            return self.interruption.reason(self.install.command)
+    def standing(self) -> Standing:
+        """How far along the files are, as facts."""
+        return overall_state(self.files)
+
+    @property
+    def stale_for(self) -> Optional[str]:
+        """The vLLM version the manifest was written for, where it is another than the installed one."""
         manifest = self.manifest
-        stale_for = manifest.vllm_version if manifest and manifest.vllm_version != self.install.version else None
-        stale_files = sum(f.stale for f in self.files)
-        return plan_reason(overall_state(self.files), self.unreadable_state, stale_for, stale_files)
+        return manifest.vllm_version if manifest and manifest.vllm_version != self.install.version else None
+
+    @property
+    def stale_files(self) -> int:
+        """How many files hold other bytes than ``apply`` wrote, though the manifest names them."""
+        return sum(f.stale for f in self.files)
 
     @property
     def changes(self) -> tuple[FilePlan, ...]:
@@ -402,7 +408,7 @@ def _least_finished(files: list[FilePlan]) -> Standing:
     matching = [f for f in files if f.state is state]
     if state in (State.UNSUPPORTED, State.MODIFIED):
         first = min(matching, key=telling_first)
-        return Standing(state, blocking=(first.path, first.reason))
+        return Standing(state, blocking=(first.path, first.because))
     if state is State.NATIVE:
         return Standing(state, native=_families(matching))
     eagle3 = _families(f for f in files if f.state in (State.UNPATCHED, State.PATCHED))

@@ -22,6 +22,7 @@ from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import Plan, make_plan
+from vllm_eagle3_patch.render.words import architecture_reason
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -216,7 +217,7 @@ def architecture_table(by_release: dict[str, Plan]) -> str:
         refused = [v for v in verdicts_of[release].values() if v.verdict == "refused"]
         lines.append(f"Refused on {release}:")
         lines.append("")
-        lines += [f"- `{v.architecture}` ({v.kind}): {v.reason}" for v in refused]
+        lines += [f"- `{v.architecture}` ({v.kind}): {architecture_reason(v)}" for v in refused]
         lines.append("")
     return "\n".join(lines)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..codemod.patch import State
 from ..eagle3 import layer_ids
@@ -22,7 +22,7 @@ from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import GETTERS, REGISTRY, Lookup, Release
 from ..patches.pipeline_relay import carries_aux_across_ranks
-from ..plan import Plan, least_finished
+from ..plan import FilePlan, Plan, least_finished
 from .drafter_config import (
     Convention,
     DrafterIds,
@@ -48,11 +48,36 @@ class Assessment(str, enum.Enum):
     """A fact worth knowing that decides nothing."""
 
 
+class Serving(enum.Enum):
+    """What the release finding found decides whether this install serves the target with EAGLE-3."""
+
+    THE_FILES = "the files"
+    """An unfinished run, modified files, or files no target can use: the plan's reason says why."""
+    NO_TARGET = "no target"
+    """No target given: its class and model type decide."""
+    THE_TARGET = "the target"
+    """The target's verdict, with the reason of a file on its path this tool cannot patch."""
+    ITS_OWN_CLASS = "its own class"
+    """The release does not register the target: its own model class decides."""
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """The release finding's facts: ``render/words.py`` words them."""
+
+    serving: Serving
+    plan: Plan
+    model: Optional[TargetModel] = None
+    unrecognised: Optional[FilePlan] = None
+    """A file on the target's path this tool cannot patch."""
+
+
 @dataclass(frozen=True)
 class Finding:
     check: str
     verdict: Assessment
-    detail: str
+    detail: Union[str, ReleaseFacts]
+    """What was found: text, or the release finding's facts."""
     fix: Optional[str] = None
 
 
@@ -133,32 +158,29 @@ def diagnose(plan: Plan, drafter: Path, target: Optional[Path], command: str) ->
 def release_finding(context: Context) -> Finding:
     """Whether this install serves the target with EAGLE-3: its class (the runner's check), its files and the gate."""
     plan, command, model = context.plan, context.command, context.model
-    where = f"vLLM {context.version} ({plan.state.value})"
+    the_files = ReleaseFacts(Serving.THE_FILES, plan)
     if plan.state is State.INTERRUPTED:  # a killed apply (or revert): apply finishes it
-        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} apply")
+        return Finding("vLLM", Assessment.PROBLEM, the_files, f"{command} apply")
     if plan.state is State.MODIFIED:
-        return Finding(
-            "vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"{command} revert --force && {command} apply"
-        )
+        return Finding("vLLM", Assessment.PROBLEM, the_files, f"{command} revert --force && {command} apply")
     if model is None:
-        detail = f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
         return Finding(
             "vLLM",
             Assessment.UNKNOWN,
-            detail,
+            ReleaseFacts(Serving.NO_TARGET, plan),
             f"{command} doctor --drafter {context.drafter.directory} --target TARGET_DIR",
         )
-    if model.ready:
-        return Finding("vLLM", Assessment.OK, f"{where}: {model.verdict()}")
-    if model.apply_fixes:
-        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {model.verdict()}", f"{command} apply")
     unrecognised = next((f for f in model.files if f.state is State.UNSUPPORTED), None)
-    detail = f"{where}: {model.verdict()}" + (f": {unrecognised.reason}" if unrecognised is not None else "")
+    the_target = ReleaseFacts(Serving.THE_TARGET, plan, model, unrecognised)
+    if model.ready:
+        return Finding("vLLM", Assessment.OK, the_target)
+    if model.apply_fixes:
+        return Finding("vLLM", Assessment.PROBLEM, the_target, f"{command} apply")
     if model.module is None:
-        return Finding("vLLM", Assessment.UNKNOWN, f"{detail}: its own model class decides")
+        return Finding("vLLM", Assessment.UNKNOWN, ReleaseFacts(Serving.ITS_OWN_CLASS, plan, model, unrecognised))
     if plan.state is State.UNSUPPORTED and unrecognised is None:
-        return Finding("vLLM", Assessment.PROBLEM, f"{where}: {plan.reason}", f"pip install '{NATIVE_MLA_DRAFTERS}'")
-    return Finding("vLLM", Assessment.PROBLEM, detail, "none from this tool: a newer vLLM, or another target")
+        return Finding("vLLM", Assessment.PROBLEM, the_files, f"pip install '{NATIVE_MLA_DRAFTERS}'")
+    return Finding("vLLM", Assessment.PROBLEM, the_target, "none from this tool: a newer vLLM, or another target")
 
 
 def pipeline_finding(context: Context) -> Finding:

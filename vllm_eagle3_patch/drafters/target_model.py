@@ -22,7 +22,7 @@ from ..errors import ToolError
 from ..patches.eagle_proposer import names_target
 from ..plan import FilePlan, Plan
 from .drafter_config import ModelConfig, read_config
-from .gate import GateVerdict, gate_verdict, quoted
+from .gate import GateVerdict, gate_verdict
 
 READY = (State.PATCHED, State.NATIVE)
 NO_IMAGE_TOKEN_INDEX = frozenset({"KimiK25ForConditionalGeneration"})
@@ -32,7 +32,7 @@ on their path wherever it does not name them."""
 
 @dataclass(frozen=True)
 class TargetModel:
-    """A model as the runner will hold it on this install."""
+    """A model as the runner will hold it on this install, as facts (``render/words.py`` words its verdict)."""
 
     architecture: str
     module: Optional[str]
@@ -85,62 +85,6 @@ class TargetModel:
             return False
         waiting = [f for f in self.files if f.state not in READY]
         return (self.gate.admits or self.gate.apply_opens) and all(f.state is State.UNPATCHED for f in waiting)
-
-    def gate_refusal(self) -> str:
-        """Why the gate stops it, and what decides (the checkpoint's type, where the name alone cannot)."""
-        refusal = f"the speculative-config gate refuses {quoted(self.gate.refused)}"
-        admitted = tuple(t for t in self.gate.model_types if t not in self.gate.refused)
-        if admitted and not self.from_checkpoint:
-            refusal += f" but admits {quoted(admitted)}: its checkpoint's config.json decides"
-        return refusal + (" until `apply`" if self.gate.apply_opens else "")
-
-    def verdict(self) -> str:
-        where = f" ({self.module}.py)" if self.module else ""
-        if self.module is None:
-            return f"{self.architecture}: not in this vLLM's model registry"
-        if self.declares_eagle3:
-            if self.gate.admits:
-                return f"{self.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
-            why = f"its class implements EAGLE-3, but {self.gate_refusal()}"
-            return f"{self.architecture}{where}: not an EAGLE-3 target yet ({why})"
-        if self.wrapper is not None:
-            return self._wrapper_verdict(where)
-        if self.refusal is not None:
-            return f"{self.architecture}{where}: not an EAGLE-3 target ({self.refusal})"
-        if self.family is None:
-            return f"{self.architecture}{where}: not a model family this tool patches"
-        if self.ready:
-            how = "native" if self.native else "patched"
-            return f"{self.architecture}{where}: an EAGLE-3 target on this install ({self.family.name}, {how})"
-        waiting = [f"{f.path} is {f.state.value}" for f in self.files if f.state not in READY]
-        if not self.gate.admits:
-            waiting.append(self.gate_refusal())
-        return f"{self.architecture}{where}: not an EAGLE-3 target yet ({', '.join(waiting)})"
-
-    def _wrapper_verdict(self, where: str) -> str:
-        """A multimodal class found by rule: its files, the gate, and the language model the checkpoint names."""
-        wrapper = self.wrapper
-        assert wrapper is not None
-        inner = self.language_model
-        if wrapper.chosen_by_checkpoint:
-            through = (
-                f"its language model, {inner.architecture}" if inner else "the language model its checkpoint names"
-            )
-        else:
-            through = f"its language model, {wrapper.language_model}"
-        if self.ready:
-            how = f"{wrapper.name} hands it on to {through}"
-            return f"{self.architecture}{where}: an EAGLE-3 target on this install ({how})"
-        waiting = [f"{f.path} is {f.state.value}" for f in self.files if f.state not in READY]
-        if not self.gate.admits:
-            waiting.append(self.gate_refusal())
-        if wrapper.chosen_by_checkpoint and inner is None and not self.from_checkpoint:
-            waiting.append("its checkpoint's text config names its language model: give the checkpoint's directory")
-        elif wrapper.chosen_by_checkpoint and inner is None:
-            waiting.append("its checkpoint's text_config names no architectures, which would be its language model")
-        elif inner is not None and not inner.ready:
-            waiting.append(inner.verdict())
-        return f"{self.architecture}{where}: not an EAGLE-3 target yet ({'; '.join(waiting)})"
 
 
 def target_model(plan: Plan, model: str) -> TargetModel:

@@ -3,7 +3,7 @@ from the plan, the outcome or the report the command produced."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..architecture_verdicts import ArchitectureVerdict
 from ..changes import Outcome
@@ -13,8 +13,11 @@ from ..drafters.target_model import TargetModel
 from ..install.journal import Interruption
 from ..install.locate import VllmInstall
 from ..plan import Plan
-from ..verification.verify import Report
+from ..verification.checks import Check
+from ..verification.verify import FileCheck, Report
 from .messages import outcome_message
+from .plan_words import file_reason, plan_reason
+from .words import architecture_reason, check_words, finding_detail, target_verdict
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -26,7 +29,7 @@ def status_data(plan: Plan) -> dict[str, Any]:
         "distribution": plan.install.distribution,
         "record": str(record.path) if record is not None else None,
         "state": plan.state.value,
-        "reason": plan.reason,
+        "reason": plan_reason(plan),
         "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
         **({"unreadable_state": plan.unreadable_state} if plan.unreadable_state else {}),
         **({"interrupted": interruption_data(plan.interruption)} if plan.interruption else {}),
@@ -34,7 +37,7 @@ def status_data(plan: Plan) -> dict[str, Any]:
             {
                 "file": f.path,
                 "state": f.state.value,
-                "reason": f.reason,
+                "reason": file_reason(f.because),
                 "original": f.installed.check.value if f.installed is not None else None,
             }
             for f in plan.files
@@ -60,7 +63,7 @@ def model_data(model: TargetModel) -> dict[str, Any]:
         "module": model.module,
         "family": model.family.name if model.family else None,
         "eagle3_target": model.ready,
-        "verdict": model.verdict(),
+        "verdict": target_verdict(model),
         "files": {f.path: f.state.value for f in model.files},
     }
 
@@ -76,9 +79,29 @@ def verify_data(report: Report) -> dict[str, Any]:
         "verified": report.ok,
         "imported": report.imported,
         "import_error": report.import_error,
-        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
+        "checks": [_check_object(check) for check in report.checks],
         **({"engine": report.engine} if report.engine is not None else {}),
     }
+
+
+def architecture_object(verdict: ArchitectureVerdict) -> dict[str, Any]:
+    """One row of ``status --architectures --json``: the verdict, its reason worded, and its facts."""
+    return {
+        "architecture": verdict.architecture,
+        "module": verdict.module,
+        "cls": verdict.cls,
+        "verdict": verdict.verdict,
+        "reason": architecture_reason(verdict),
+        "family": verdict.family,
+        "over_pipeline_ranks": verdict.over_pipeline_ranks,
+        "decoder_only": verdict.decoder_only,
+        "kind": verdict.kind,
+    }
+
+
+def _check_object(check: Union[Check, FileCheck]) -> dict[str, Any]:
+    name, detail = check_words(check)
+    return {"name": name, "ok": check.ok, "detail": detail}
 
 
 def status_object(
@@ -87,7 +110,7 @@ def status_object(
     """``status --json``, with ``--model``'s verdict and ``--architectures``' rows where they were asked for."""
     extra: dict[str, Any] = {"model": model_data(model)} if model else {}
     if architectures is not None:
-        extra["architectures"] = [vars(verdict) for verdict in architectures]
+        extra["architectures"] = [architecture_object(verdict) for verdict in architectures]
     return {**status_data(plan), **extra}
 
 
@@ -126,6 +149,7 @@ def diagnosis_object(diagnosis: Diagnosis) -> dict[str, Any]:
         "captured": list(diagnosis.captured) if diagnosis.captured is not None else None,
         "expected": list(diagnosis.expected) if diagnosis.expected is not None else None,
         "findings": [
-            {"check": f.check, "verdict": f.verdict.value, "detail": f.detail, "fix": f.fix} for f in diagnosis.findings
+            {"check": f.check, "verdict": f.verdict.value, "detail": finding_detail(f), "fix": f.fix}
+            for f in diagnosis.findings
         ],
     }

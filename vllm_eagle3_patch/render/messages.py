@@ -1,12 +1,16 @@
 """The one line ``apply`` and ``revert`` end with, said from what they did (``changes.Outcome``): the text
-prints it, and the ``--json`` object carries it as ``message``."""
+prints it, and the ``--json`` object carries it as ``message``; and the line ``apply`` refuses with
+(``changes.Refused``)."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from ..changes import Done, Outcome
+from ..changes import Done, Outcome, Refused
+from ..codemod.patch import State
+from ..errors import ToolError
 from ..install.record import RecordCheck
+from .plan_words import file_reason, refusal
 
 
 def outcome_message(outcome: Outcome) -> str:
@@ -50,3 +54,16 @@ def _restored_note(outcome: Outcome) -> str:
     if restored and all(check == RecordCheck.MATCHES.value for check in restored.values()):
         return "; they match its RECORD"
     return "; they cannot be checked against a RECORD"
+
+
+def error_message(error: ToolError) -> str:
+    """The one line a refusal or failure says: ``apply``'s refusal worded from its facts, any other as raised."""
+    return refusal_message(error) if isinstance(error, Refused) else str(error)
+
+
+def refusal_message(refused: Refused) -> str:
+    """The file ``apply`` cannot patch, or must leave alone, why, and the way out; nothing was written."""
+    file, install = refused.file, refused.install
+    if file.state is State.UNSUPPORTED:
+        return f"{install.package_dir / f'{file.path}: {file_reason(file.because)}'}; nothing was changed"
+    return f"{install.package_dir / file.path}: {refusal(file.because, install)}. Nothing was changed"

@@ -21,6 +21,8 @@ from ..verification.engine_check import Step
 from ..verification.verify import Report
 from .json_objects import status_data
 from .messages import outcome_message
+from .plan_words import file_reason
+from .words import architecture_reason, check_words, finding_detail, target_verdict
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -56,9 +58,8 @@ def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sy
     )
     for verdict in verdicts:
         ranks = "; its aux states cross pipeline ranks" if verdict.over_pipeline_ranks else ""
-        stream.write(
-            f"  {verdict.verdict:<10} {verdict.kind:<10} {verdict.architecture:<{width}}  {verdict.reason}{ranks}\n"
-        )
+        reason = architecture_reason(verdict)
+        stream.write(f"  {verdict.verdict:<10} {verdict.kind:<10} {verdict.architecture:<{width}}  {reason}{ranks}\n")
     for kind in dict.fromkeys(v.kind for v in verdicts):
         of_kind = [v for v in verdicts if v.kind == kind]
         counts = ", ".join(f"{sum(v.verdict == verdict for v in of_kind)} {verdict}" for verdict in VERDICTS)
@@ -103,7 +104,7 @@ def print_outcome(outcome: Outcome, stream: Optional[TextIO] = None) -> None:
 
 def print_model(model: TargetModel, stream: Optional[TextIO] = None) -> None:
     """``status --model``: the model's verdict on this install (``stream`` None: stdout)."""
-    print(f"model: {model.verdict()}", file=stream)
+    print(f"model: {target_verdict(model)}", file=stream)
 
 
 def use_colour(stream: TextIO) -> bool:
@@ -135,7 +136,9 @@ def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
     console.print(escape(originals_line(plan)))
     table = Table("file", "state", "reason")
     for file in plan.files:
-        table.add_row(file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", escape(file.reason))
+        table.add_row(
+            file.path, f"[{_STATE_STYLE[file.state]}]{file.state.value}[/]", escape(file_reason(file.because))
+        )
     console.print(table)
 
 
@@ -195,7 +198,8 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
     verdict = verify_verdict(report, static_enough)
     if not use_colour(stream):
         for check in report.checks:
-            stream.write(f"{'ok  ' if check.ok else 'FAIL'}  {check.name}: {check.detail}\n")
+            name, detail = check_words(check)
+            stream.write(f"{'ok  ' if check.ok else 'FAIL'}  {name}: {detail}\n")
         stream.write(f"verdict: {verdict}\n")
         return
     from rich.console import Console
@@ -205,7 +209,8 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
     console = Console(file=stream, highlight=False)
     table = Table("check", "result", "detail")
     for check in report.checks:
-        table.add_row(escape(check.name), "[green]ok[/]" if check.ok else "[red]FAIL[/]", escape(check.detail))
+        name, detail = check_words(check)
+        table.add_row(escape(name), "[green]ok[/]" if check.ok else "[red]FAIL[/]", escape(detail))
     console.print(table)
     colour = "green" if verdict.startswith("PASS") else "red"
     console.print(f"verdict: [{colour}]{escape(verdict)}[/]")
@@ -215,7 +220,7 @@ def print_diagnosis(diagnosis: Diagnosis, stream: Optional[TextIO] = None) -> No
     """``doctor``: one line per check (with its fix where it is not ok), then the verdict (``stream`` None: stdout)."""
     for finding in diagnosis.findings:
         fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
-        print(f"{finding.verdict.value:<8} {finding.check}: {finding.detail}{fix}", file=stream)
+        print(f"{finding.verdict.value:<8} {finding.check}: {finding_detail(finding)}{fix}", file=stream)
     failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
     print(
         "verdict: consistent" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)",

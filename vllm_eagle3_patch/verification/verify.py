@@ -7,11 +7,12 @@ imported, the verdict falls back to the static plan and says so.
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..catalog import FAMILIES
 from ..codemod.patch import Policy, State
@@ -26,9 +27,32 @@ if TYPE_CHECKING:
 TIMEOUT_SECONDS = 900
 
 
+class Expected(enum.Enum):
+    """How a file to patch stands against what ``verify`` expects of it: patched or native."""
+
+    MET = "met"
+    """Patched or native: a pass."""
+    LEFT_ALONE = "left alone"
+    """An optional (model family) file ``apply`` leaves alone because it cannot patch it: a pass."""
+    UNMET = "unmet"
+    """Anything else: a failure."""
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One file's static check, as facts: the file, and how it stands (``render/words.py`` words it)."""
+
+    file: FilePlan
+    expected: Expected
+
+    @property
+    def ok(self) -> bool:
+        return self.expected is not Expected.UNMET
+
+
 @dataclass(frozen=True)
 class Report:
-    checks: tuple[Check, ...]
+    checks: tuple[Union[Check, FileCheck], ...]
     imported: bool
     """False: torch or vLLM could not be imported there; only the static checks ran."""
     import_error: Optional[str] = None
@@ -63,22 +87,25 @@ def verify(
     return Report(static + dynamic + checks, imported=True, engine=runs)
 
 
-def static_checks(plan: Plan) -> tuple[Check, ...]:
+def static_checks(plan: Plan) -> tuple[Union[Check, FileCheck], ...]:
     """One check per file to patch, named by what the file is: patched or native is a pass, and so is
     an optional (model family) file that apply leaves alone because it cannot patch it; anything
     else fails, saying what was expected.  An interrupted apply or revert fails first."""
+    interruption = plan.interruption
     interrupted = (
-        () if plan.interruption is None else (Check("no apply or revert was interrupted", False, plan.reason),)
+        ()
+        if interruption is None
+        else (Check("no apply or revert was interrupted", False, interruption.reason(plan.install.command)),)
     )
     return interrupted + tuple(file_check(f) for f in plan.files)
 
 
-def file_check(file: FilePlan) -> Check:
+def file_check(file: FilePlan) -> FileCheck:
     if file.state in (State.PATCHED, State.NATIVE):
-        return Check(f"{file.path} is {file.state.value}", True, file.reason)
+        return FileCheck(file, Expected.MET)
     if file.optional and file.state is State.UNSUPPORTED:
-        return Check(f"{file.path} is left alone", True, f"apply cannot patch it: {file.reason}")
-    return Check(f"{file.path} is {file.state.value}", False, f"expected patched or native: {file.reason}")
+        return FileCheck(file, Expected.LEFT_ALONE)
+    return FileCheck(file, Expected.UNMET)
 
 
 def run_stand_in_checks(plan: Plan, python: str) -> dict:

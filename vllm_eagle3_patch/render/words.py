@@ -1,0 +1,169 @@
+"""The words of the facts the layers below return: what ``text.py`` prints and ``json_objects.py`` carries
+say the same thing because both take their words from here."""
+
+from __future__ import annotations
+
+from typing import Union
+
+from ..architecture_verdicts import (
+    AnotherFamilysFile,
+    ArchitectureVerdict,
+    FamilyFile,
+    GateSays,
+    Implements,
+    LanguageModel,
+    RunnerReason,
+    Unreadable,
+    Unserved,
+    WrapperFile,
+)
+from ..codemod.family import CHECKPOINTS_MODEL
+from ..codemod.patch import State
+from ..drafters.doctor import Finding, ReleaseFacts, Serving
+from ..drafters.gate import quoted
+from ..drafters.target_model import READY, TargetModel
+from ..eagle3.class_chain import registry_module
+from ..plan import FilePlan
+from ..verification.checks import Check
+from ..verification.verify import Expected, FileCheck
+from .plan_words import file_reason, plan_reason
+
+
+def check_words(check: Union[Check, FileCheck]) -> tuple[str, str]:
+    """A check's name and detail: a file's static check says what the file is, and why."""
+    if isinstance(check, Check):
+        return check.name, check.detail
+    file, reason = check.file, file_reason(check.file.because)
+    if check.expected is Expected.LEFT_ALONE:
+        return f"{file.path} is left alone", f"apply cannot patch it: {reason}"
+    detail = reason if check.expected is Expected.MET else f"expected patched or native: {reason}"
+    return f"{file.path} is {file.state.value}", detail
+
+
+def architecture_reason(verdict: ArchitectureVerdict) -> str:
+    """Why ``status --architectures`` judges an architecture so: the runner's reason, then the gate's."""
+    reason = runner_reason(verdict.runner)
+    gate = verdict.gate
+    if gate is None:
+        return reason
+    if gate.says is GateSays.OPENED:
+        return f"{reason}; the speculative-config gate admits {quoted(gate.types)} as vllm-eagle3-patch patched it"
+    refusal = f"the speculative-config gate ({gate.file.path}) refuses {quoted(gate.types)}"
+    if gate.says is GateSays.REFUSES_UNTIL_APPLY:
+        return f"{reason}; {refusal} until `apply`"
+    return f"{reason}; {refusal}: {file_reason(gate.file.because)}"
+
+
+def runner_reason(reason: RunnerReason) -> str:
+    """Why the runner accepts or refuses the class the registry names."""
+    if isinstance(reason, Unreadable):
+        return f"{registry_module(reason.module)} defines no class {reason.cls} this tool can read"
+    if isinstance(reason, FamilyFile):
+        return f"{reason.family}: {_file_state(reason.file)}"
+    if isinstance(reason, WrapperFile):
+        handed_on = _language_model(reason.language_model)
+        return f"{_file_state(reason.file)}; {reason.cls} hands EAGLE-3 on to {handed_on}"
+    if isinstance(reason, Implements):
+        where = f" (from {reason.holder})" if reason.holder else ""
+        return f"{reason.cls} implements SupportsEagle3{where}"
+    if isinstance(reason, AnotherFamilysFile):
+        return f"{reason.path} is patched for another family, which does not cover {reason.causal_lm}"
+    unserved: Unserved = reason
+    lacks = f"{unserved.cls} ({unserved.module}.py) lacks SupportsEagle3"
+    return unserved.unrecognised or f"{lacks}, and no model family this tool patches serves it"
+
+
+def _file_state(file: FilePlan) -> str:
+    """``path is state``, and why where the file cannot be patched."""
+    why = f": {file_reason(file.because)}" if file.state in (State.UNSUPPORTED, State.MODIFIED) else ""
+    return f"{file.path} is {file.state.value}{why}"
+
+
+def _language_model(language_model: LanguageModel) -> str:
+    """What a multimodal class hands EAGLE-3 on to, and why that one can take it."""
+    name, family = language_model.name, language_model.family
+    if language_model.by_checkpoint:
+        return CHECKPOINTS_MODEL + ", which must be an EAGLE-3 target (`status --model DIR` judges one)"
+    if name is None:
+        return f"its language model ({family})"
+    if family is not None:
+        return f"its language model, {name} ({family})"
+    return f"its language model, {name}, which implements SupportsEagle3"
+
+
+def finding_detail(finding: Finding) -> str:
+    """What a ``doctor`` check found, in words."""
+    detail = finding.detail
+    return detail if isinstance(detail, str) else release_detail(detail)
+
+
+def release_detail(facts: ReleaseFacts) -> str:
+    """Whether this install serves the target with EAGLE-3, and why."""
+    plan, model = facts.plan, facts.model
+    where = f"vLLM {plan.install.version} ({plan.state.value})"
+    if facts.serving is Serving.THE_FILES:
+        return f"{where}: {plan_reason(plan)}"
+    if facts.serving is Serving.NO_TARGET or model is None:
+        return f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
+    unrecognised = facts.unrecognised
+    detail = f"{where}: {target_verdict(model)}" + (f": {file_reason(unrecognised.because)}" if unrecognised else "")
+    return detail + (": its own model class decides" if facts.serving is Serving.ITS_OWN_CLASS else "")
+
+
+def target_verdict(model: TargetModel) -> str:
+    """Whether this install makes the model an EAGLE-3 target, and what it waits for where it does not."""
+    where = f" ({model.module}.py)" if model.module else ""
+    if model.module is None:
+        return f"{model.architecture}: not in this vLLM's model registry"
+    if model.declares_eagle3:
+        if model.gate.admits:
+            return f"{model.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
+        why = f"its class implements EAGLE-3, but {gate_refusal(model)}"
+        return f"{model.architecture}{where}: not an EAGLE-3 target yet ({why})"
+    if model.wrapper is not None:
+        return _wrapper_verdict(model, where)
+    if model.refusal is not None:
+        return f"{model.architecture}{where}: not an EAGLE-3 target ({model.refusal})"
+    if model.family is None:
+        return f"{model.architecture}{where}: not a model family this tool patches"
+    if model.ready:
+        how = "native" if model.native else "patched"
+        return f"{model.architecture}{where}: an EAGLE-3 target on this install ({model.family.name}, {how})"
+    waiting = [f"{f.path} is {f.state.value}" for f in model.files if f.state not in READY]
+    if not model.gate.admits:
+        waiting.append(gate_refusal(model))
+    return f"{model.architecture}{where}: not an EAGLE-3 target yet ({', '.join(waiting)})"
+
+
+def gate_refusal(model: TargetModel) -> str:
+    """Why the gate stops the model, and what decides (the checkpoint's type, where the name alone cannot)."""
+    gate = model.gate
+    refusal = f"the speculative-config gate refuses {quoted(gate.refused)}"
+    admitted = tuple(t for t in gate.model_types if t not in gate.refused)
+    if admitted and not model.from_checkpoint:
+        refusal += f" but admits {quoted(admitted)}: its checkpoint's config.json decides"
+    return refusal + (" until `apply`" if gate.apply_opens else "")
+
+
+def _wrapper_verdict(model: TargetModel, where: str) -> str:
+    """A multimodal class found by rule: its files, the gate, and the language model the checkpoint names."""
+    wrapper = model.wrapper
+    assert wrapper is not None
+    inner = model.language_model
+    if wrapper.chosen_by_checkpoint:
+        through = f"its language model, {inner.architecture}" if inner else "the language model its checkpoint names"
+    else:
+        through = f"its language model, {wrapper.language_model}"
+    if model.ready:
+        how = f"{wrapper.name} hands it on to {through}"
+        return f"{model.architecture}{where}: an EAGLE-3 target on this install ({how})"
+    waiting = [f"{f.path} is {f.state.value}" for f in model.files if f.state not in READY]
+    if not model.gate.admits:
+        waiting.append(gate_refusal(model))
+    if wrapper.chosen_by_checkpoint and inner is None and not model.from_checkpoint:
+        waiting.append("its checkpoint's text config names its language model: give the checkpoint's directory")
+    elif wrapper.chosen_by_checkpoint and inner is None:
+        waiting.append("its checkpoint's text_config names no architectures, which would be its language model")
+    elif inner is not None and not inner.ready:
+        waiting.append(target_verdict(inner))
+    return f"{model.architecture}{where}: not an EAGLE-3 target yet ({'; '.join(waiting)})"

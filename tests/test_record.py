@@ -322,7 +322,7 @@ def run_step(package_dir: Path, pristine: dict[str, bytes], step: tuple[str, str
             assert completed.stderr.count("\n") == 1, completed.stderr
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEPS, min_size=1, max_size=6))
 @example(steps=[("edit", GATE), ("apply", ""), ("apply --accept-modified", ""), ("revert", "")])
 @example(steps=[("edit", DEEPSEEK), ("apply --accept-modified", ""), ("reinstall", DEEPSEEK), ("revert", "")])

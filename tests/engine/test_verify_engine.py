@@ -59,14 +59,16 @@ def test_verify_engine_fails_on_the_unpatched_release(tree, python):
     assert plain["ok"], "without a drafter the unpatched engine still decodes"
 
 
-def test_verify_engine_passes_once_applied_compiled_as_vllm_runs_by_default(tree, python):
+def test_verify_engine_passes_once_applied(tree, python):
+    """Compiled as vLLM runs by default in the whole matrix; eager in CI's selection, where the compiled engine is
+    CI's in test_multimodal_engine.py (0.17.1) and test_rule_engine.py (0.32.0)."""
     assert run_cli("--vllm-dir", str(tree), "apply").returncode == 0
-    code, report = verify_engine(tree, python)
+    code, report = verify_engine(tree, python, *(() if EVERY_CASE else ("--eager",)))
     failed = [c for c in report["checks"] if not c["ok"]]
     assert code == 0 and report["verified"] is True, failed
-    assert report["engine"]["compiled"] is True
+    assert report["engine"]["compiled"] is EVERY_CASE
     for run in report["engine"]["runs"].values():
-        assert run["compilation"]["enforce_eager"] is False, run["compilation"]
+        assert run["compilation"]["enforce_eager"] is not EVERY_CASE, run["compilation"]
     drafted = report["engine"]["runs"]["state-dependent drafter"]
     blind = report["engine"]["runs"]["blind drafter"]
     assert drafted["accepted_tokens"] == drafted["draft_tokens"] > 0

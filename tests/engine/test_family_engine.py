@@ -130,8 +130,8 @@ DEFAULT = {"0.17.1": ("phi3",), "0.32.0": ()}
 """CI's selection: on 0.17.1 Phi-3, which only the gate kept out.  On 0.32.0 the runner's own check is CI's in
 ``test_rule_engine.py`` (Qwen2-MoE, patched by the same decoder codemod as a catalog family) and
 ``test_multimodal_engine.py`` (BLIP-2).  A multimodal wrapper in the engine, with pictures, is
-``test_multimodal_engine.py``'s (LLaVA-NeXT on 0.17.1); Gemma 3's own wrapper runs in the inner suite.  ``VLLM_EAGLE3_PATCH_ENGINE_FAMILIES=all``
-(or a comma-separated list of model types) runs the others of ``RELEASES``."""
+``test_multimodal_engine.py``'s (LLaVA-NeXT on 0.17.1); Gemma 3's own wrapper runs in the inner suite.
+``VLLM_EAGLE3_PATCH_ENGINE_FAMILIES=all`` (or a comma-separated list of model types) runs the others of ``RELEASES``."""
 NOT_SELECTED = "not selected; VLLM_EAGLE3_PATCH_ENGINE_FAMILIES=all (or ={}) runs it"
 
 

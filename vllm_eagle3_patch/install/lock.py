@@ -28,13 +28,18 @@ def locked(state_dir: StateDirectory) -> Iterator[None]:
     """Hold the lock of ``state_dir``; a second run waits briefly, then refuses.
 
     ``revert`` deletes the state directory, lock file included, while holding the lock; a
-    waiter that then gets the lock of a deleted file starts over with the new one.
+    waiter that then gets the lock of a deleted file, or finds the directory gone between making
+    it and opening the lock, starts over with the new one.
     """
     lock_path = state_dir.path / "lock"
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         state_dir.make()
-        with open(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644), "r+b") as handle:
+        try:
+            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # a finishing revert removed the directory just now
+            continue
+        with open(descriptor, "r+b") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

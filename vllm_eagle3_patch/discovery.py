@@ -18,7 +18,7 @@ from typing import Callable, Optional
 
 from .codemod.family import Family, FoundWrapper, Wrapper
 from .codemod.two_processes import on_two_processes
-from .eagle3.class_chain import Chain, ChainReader, ClassInfo, registry_module
+from .eagle3.class_chain import Chain, ChainReader, ClassInfo, module_of, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
 from .multimodal import find_wrapper, held_answers_model, held_language_model_refusal
@@ -179,7 +179,7 @@ class _FamilyFinder:
         self.native: dict[str, tuple[str, ...]] = {}
         self.wrappers: dict[str, FoundWrapper] = {}
         self.encoder_decoder: tuple[str, ...] = ()
-        self.described = [(_module_of(f.wrapper.path), f.wrapper.cls) for f in known if f.wrapper is not None]
+        self.described = [(module_of(f.wrapper.path), f.wrapper.cls) for f in known if f.wrapper is not None]
 
     @property
     def families(self) -> tuple[Family, ...]:
@@ -192,7 +192,7 @@ class _FamilyFinder:
             self.native[architecture] = model_types(architecture, module)
         if chain is None or chain.declares_eagle3:
             return None
-        places = [*((_module_of(f.path), f.causal_lm) for f in self.known), *self.described]
+        places = [*((module_of(f.path), f.causal_lm) for f in self.known), *self.described]
         return None if any(chain.includes(*place) for place in places) else chain
 
     def served_by_a_found_family(self, architecture: str, module: str, chain: Chain) -> bool:
@@ -336,7 +336,7 @@ def serving(
             places = [(family.path, family.causal_lm)]
             if family.wrapper is not None:
                 places.append((family.wrapper.path, family.wrapper.cls))
-            if chain is not None and any(chain.includes(_module_of(path), cls) for path, cls in places):
+            if chain is not None and any(chain.includes(module_of(path), cls) for path, cls in places):
                 names.add(family.name)
     return names
 
@@ -401,7 +401,7 @@ def _forward_from(chains: ChainReader, model: ClassInfo, families: tuple[Family,
     chain = chains.chain(model.module, model.name)
     runs = next((c for c in chain.classes[1:] if "forward" in c.methods), None) if chain else None
     return next(
-        (f for f in families if runs is not None and (_module_of(f.path), f.model) == (runs.module, runs.name)), None
+        (f for f in families if runs is not None and (module_of(f.path), f.model) == (runs.module, runs.name)), None
     )
 
 
@@ -418,7 +418,3 @@ def _runs_upstream_capture(chains: ChainReader, model: ClassInfo) -> bool:
 def _with_types(family: Family, types: tuple[str, ...]) -> Family:
     merged = (*family.model_types, *(t for t in types if t not in family.model_types))
     return replace(family, model_types=merged)
-
-
-def _module_of(path: str) -> str:
-    return path.removesuffix(".py").replace("/", ".")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .codemod.family import CHECKPOINTS_MODEL, Family, FoundWrapper, Wrapper
-from .eagle3.class_chain import Chain, ChainReader, ClassInfo
+from .eagle3.class_chain import Chain, ChainReader, ClassInfo, module_of
 from .eagle3.release import MIXIN, REGISTERED_MODEL, Release
 from .patches.shared_embedding import SHARED_EMBEDDINGS, TOKEN_EMBEDDING
 
@@ -104,7 +104,7 @@ def _judged(
     found = _served(wrapper, model, families)
     if isinstance(found, Refused) or not release.shares_the_language_models_embedding:
         return found
-    patched = _module(wrapper.path)
+    patched = module_of(wrapper.path)
     unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families, patched)
     if unshared is not None:
         return Refused(unshared)
@@ -118,7 +118,7 @@ def _served(wrapper: Wrapper, model: Chain, families: tuple[Family, ...]) -> Fou
     if model.declares_eagle3:
         return FoundWrapper(wrapper, name)
     for family in families:
-        module = _module(family.path)
+        module = module_of(family.path)
         if model.includes(module, family.causal_lm):
             return FoundWrapper(wrapper, name, family)
         if model.includes(module, family.model):
@@ -183,7 +183,7 @@ def unshared_embedding(
     ``embed_tokens`` or ``embedding`` (or is a class this tool cannot read: judged as vLLM wrote it), or a class
     of ``patched`` (the file the tool patches for it) that a read-only ``model`` can answer with itself."""
     name = language_model.classes[0].name
-    if any(language_model.includes(_module(f.path), f.causal_lm) for f in families):
+    if any(language_model.includes(module_of(f.path), f.causal_lm) for f in families):
         return None
     holder = _holder(language_model, "model")
     if holder is None:
@@ -207,10 +207,6 @@ _FAILS = (
 
 def _path(module: str) -> str:
     return f"{module.replace('.', '/')}.py"
-
-
-def _module(path: str) -> str:
-    return path.removesuffix(".py").replace("/", ".")
 
 
 def holder_of(chain: Chain, wrapper: Wrapper) -> Optional[ClassInfo]:

@@ -180,6 +180,12 @@ class ChainReader:
         return self._read(f"{path}/__init__.py"), True
 
 
+def module_of(path: str) -> str:
+    """A file of ``vllm/`` as the chains name its module: ``model_executor/models/llama.py`` ->
+    ``model_executor.models.llama``."""
+    return path.removesuffix(".py").replace("/", ".")
+
+
 def registry_module(module: str) -> str:
     """The registry's module name as a module of ``vllm``: ``llama`` or ``vllm.models.beam``."""
     return module.removeprefix("vllm.") if module.startswith("vllm.") else f"{MODELS}.{module}"

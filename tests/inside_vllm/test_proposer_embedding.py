@@ -11,6 +11,8 @@ k. Every class the tool refuses for that reason (a bare decoder of another file,
 l. Every multimodal class the tool serves whose language model had no ``model`` (a class of the file the tool
    patches: Aria's ``AriaTextModel``, Molmo's ``MolmoModel``) hands the proposer that language model, which
    answers ``model`` with itself once patched, and the drafter shares the embedding it built.
+m. Kimi-K2.5, the catalog's wrapper: its language model (a bare ``DeepseekV2Model`` on 0.15.x, answering ``model``
+   with itself once patched; a ``DeepseekV2ForCausalLM`` from 0.16.0) gives the proposer the decoder's embedding.
 
 Each class is made with ``object.__new__`` (its real ``__init__`` wants a full ``VllmConfig`` and checkpoint
 files) and handed an instance, made the same way, of the class that holds its language model: the language
@@ -20,11 +22,12 @@ model's classes, ``get_language_model`` and the proposer's sharing are the relea
 from __future__ import annotations
 
 import importlib
+import inspect
 import types
 
 import pytest
 import tool_families
-from test_eagle_proposer import load_drafter, other_target_config
+from test_eagle_proposer import KIMI_K25, kimi_k25_target, load_drafter, other_target_config
 from torch import nn
 
 TOOL = tool_families.load()
@@ -114,3 +117,19 @@ def test_the_proposer_shares_the_embedding_of_a_language_model_answering_model_w
     drafter = load_drafter(obj, monkeypatch)
     assert drafter.model.embed_tokens is getattr(language_model, answering.embedding)
     assert dict(language_model.named_modules()).keys() == {"", answering.embedding}  # no module under `model`
+
+
+def test_kimi_k25_gives_the_proposer_its_decoders_embedding(monkeypatch: pytest.MonkeyPatch) -> None:
+    kimi = imported_module(KIMI_K25)
+    deepseek = importlib.import_module("vllm.model_executor.models.deepseek_v2")
+    decoder = bare(deepseek.DeepseekV2Model)
+    decoder.embed_tokens = nn.Embedding(8, 4)
+    language_model = decoder
+    if "DeepseekV2Model(" not in inspect.getsource(kimi.KimiK25ForConditionalGeneration.__init__):
+        language_model = bare(deepseek.DeepseekV2ForCausalLM)  # 0.16.0 on: the causal LM around it
+        language_model.model = decoder
+    target = kimi_k25_target()
+    target.language_model = language_model
+    assert target.get_language_model() is language_model
+    drafter = load_drafter(target, monkeypatch)
+    assert drafter.model.embed_tokens is decoder.embed_tokens

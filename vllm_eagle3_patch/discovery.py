@@ -262,10 +262,6 @@ class _FamilyFinder:
         )
 
 
-def _no_class(module: str, cls: str) -> str:
-    return f"{registry_module(module)} defines no class {cls} this tool can read"
-
-
 def encode(discovery: Discovery) -> dict:
     """A JSON form of ``discovery`` for the cache (``forward_from`` by family name)."""
 

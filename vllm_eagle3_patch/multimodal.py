@@ -207,7 +207,3 @@ _FAILS = (
 
 def _path(module: str) -> str:
     return f"{module.replace('.', '/')}.py"
-
-
-def holder_of(chain: Chain, wrapper: Wrapper) -> Optional[ClassInfo]:
-    return next((c for c in chain.classes if (_path(c.module), c.name) == (wrapper.path, wrapper.cls)), None)

@@ -357,31 +357,59 @@ def _forward_loops(node: ast.ClassDef) -> bool:
 
 def _forward_returns_from(node: ast.ClassDef) -> Optional[str]:
     """The one attribute ``X`` such that every ``return`` of the class's own ``forward`` gives the result of a
-    ``self.X(...)`` or ``self.X.<name>(...)`` call, directly or through a name bound to it."""
+    ``self.X(...)`` or ``self.X.<name>(...)`` call, directly or through a name bound to it; ``self.X`` may be
+    reached through a local name for it (``language_model = self.language_model``), which may descend into it
+    (``language_model = language_model.language_model``)."""
     forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
     if forward is None:
         return None
+    aliases = _aliases_of_self_attributes(forward)
     bound: dict[str, Optional[str]] = {}
     returned: set[Optional[str]] = set()
     for statement in _statements(forward):  # statements only: no expression holds an assignment or a return
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-            if isinstance(statement.targets[0], ast.Name):
+            if isinstance(statement.targets[0], ast.Name) and statement.targets[0].id not in aliases:
                 name = statement.targets[0].id
-                called = _self_attribute_called(statement.value)
+                called = _self_attribute_called(statement.value, aliases)
                 bound[name] = called if bound.get(name, called) == called else None
         elif isinstance(statement, ast.Return):
             value = statement.value
-            returned.add(bound.get(value.id) if isinstance(value, ast.Name) else _self_attribute_called(value))
+            returned.add(bound.get(value.id) if isinstance(value, ast.Name) else _self_attribute_called(value, aliases))
     return returned.pop() if len(returned) == 1 else None
 
 
-def _self_attribute_called(node: Optional[ast.expr]) -> Optional[str]:
-    """``X`` of a ``self.X(...)`` or ``self.X.<name>(...)`` call."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+def _aliases_of_self_attributes(forward: ast.FunctionDef) -> dict[str, str]:
+    """Local names every assignment of which binds ``self.X`` or an attribute of the name itself, by ``X``."""
+    assigned: dict[str, set[Optional[str]]] = {}
+    for statement in _statements(forward):
+        targets = statement.targets if isinstance(statement, ast.Assign) else ()
+        for target in targets:
+            if isinstance(target, ast.Name):
+                value = statement.value  # type: ignore[union-attr]
+                descends = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
+                if isinstance(value, ast.Attribute) and _is_self(value.value):
+                    assigned.setdefault(target.id, set()).add(value.attr)
+                elif descends and value.value.id == target.id:  # type: ignore[union-attr]
+                    assigned.setdefault(target.id, set())
+                else:
+                    assigned.setdefault(target.id, set()).add(None)
+    return {name: next(iter(xs)) for name, xs in assigned.items() if len(xs) == 1 and None not in xs}
+
+
+def _self_attribute_called(node: Optional[ast.expr], aliases: dict[str, str]) -> Optional[str]:
+    """``X`` of a ``self.X(...)`` or ``self.X.<name>(...)`` call, ``self.X`` written as itself or as one of
+    ``aliases``."""
+    if not isinstance(node, ast.Call):
         return None
     func = node.func
+    if isinstance(func, ast.Name):
+        return aliases.get(func.id)
+    if not isinstance(func, ast.Attribute):
+        return None
     if _is_self(func.value):
         return func.attr
+    if isinstance(func.value, ast.Name):
+        return aliases.get(func.value.id)
     if isinstance(func.value, ast.Attribute) and _is_self(func.value.value):
         return func.value.attr
     return None

@@ -41,7 +41,6 @@ from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
 from vllm_eagle3_patch.codemod.outline import Function
 from vllm_eagle3_patch.codemod.patch import Options, SingleFilePatch, State, Unrecognised, Verdict
-from vllm_eagle3_patch.eagle3.class_chain import ChainReader, module_of
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
@@ -444,7 +443,6 @@ def file_codemod(families: tuple[Family, ...], *, source: str, release: Release,
     interface = release.interface
     if interface is None:
         raise Unrecognised(release.no_eagle3)
-    families = tuple(_answering_its_wrapper(family, release) for family in families)
     return FileCodemod(
         tuple(
             DecoderEagle3(
@@ -464,19 +462,6 @@ def file_codemod(families: tuple[Family, ...], *, source: str, release: Release,
             for family, with_model in zip(families, _first_of_each_model(families))
         )
     )
-
-
-def _answering_its_wrapper(family: Family, release: Release) -> Family:
-    """``family`` with ``answers_model`` where its catalog wrapper holds the bare model (Kimi-K2.5's
-    ``self.language_model = DeepseekV2Model(...)``): that model is what ``get_language_model()`` gives vLLM's
-    EAGLE proposer, which takes the embedding from its ``model``; a read-only ``model`` answers it with itself."""
-    wrapper = family.wrapper
-    if wrapper is None or family.answers_model or not release.shares_the_language_models_embedding:
-        return family
-    chain = ChainReader(release.read).chain(module_of(wrapper.path), wrapper.cls)
-    held = (wrapper.language_model.removeprefix("self."), family.model)
-    holds_the_bare_model = chain is not None and any(held in cls.holds for cls in chain.classes)
-    return replace(family, answers_model=True) if holds_the_bare_model else family
 
 
 def _layers_ignore_residual(source: str, model: str) -> bool:

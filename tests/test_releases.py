@@ -14,8 +14,7 @@ from helpers.declared_support import declares_eagle3, runner_classes
 from helpers.inner_suite import run_inside
 from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
-from vllm_eagle3_patch.catalog import DEEPSEEK_V2, FAMILIES
-from vllm_eagle3_patch.codemod.patch import Policy
+from vllm_eagle3_patch.catalog import DEEPSEEK_V2, FAMILIES, NAMED_WRAPPERS
 from vllm_eagle3_patch.eagle3.release import PROPOSER_FILES, Release
 
 pytestmark = pytest.mark.matrix  # every release of the corpus, each with its inner suite: the full command's
@@ -93,10 +92,10 @@ def test_the_unpatched_tree_fails_the_inner_suite(release, cpu_python):
     assert inner.returncode == 1, inner.stdout[-3000:]
 
 
-RUNNER_CLASSES = runner_classes(FAMILIES)
-"""Every file of the catalog's families, and the class in it the runner holds."""
-FAMILY_FILES = set(runner_classes(tuple(f for f in FAMILIES if f.policy is not Policy.REQUIRED)))
-REQUIRED_FILES = set(RUNNER_CLASSES) - FAMILY_FILES
+RUNNER_CLASSES = runner_classes(FAMILIES, NAMED_WRAPPERS)
+"""Every file of the catalog's families and of the wrappers it names, and the class in it the runner holds."""
+REQUIRED_FILES = set(runner_classes((DEEPSEEK_V2,), NAMED_WRAPPERS[:1]))
+FAMILY_FILES = set(RUNNER_CLASSES) - REQUIRED_FILES
 """DeepSeek's model and Kimi-K2.5's wrapper: vLLM's own EAGLE-3 on every release these tests run."""
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
 FAMILY_RELEASES = [
@@ -120,7 +119,7 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert before["state"] == "unpatched" and "native for DeepSeek-V2/V3" in before["reason"], before
     # native where the wheel's own file gives the runner's class the protocol (an independent reading), else patched
     expected = {f: declared_state(package_dir, f) for f in RUNNER_CLASSES}
-    assert {f: targets[f] for f in RUNNER_CLASSES} == expected
+    assert runner_states(package_dir, targets) == expected
     assert {expected[f] for f in REQUIRED_FILES} == {"native"}, expected
     natives = {f for f, s in targets.items() if s == "native"}
     assert natives - {Release(package_dir).gate_file} - set(RUNNER_CLASSES) == set(), natives
@@ -134,7 +133,7 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
         f for f, s in targets.items() if s == "unpatched"
     }
     assert {f: (package_dir / f).read_bytes() for f in native_bytes} == native_bytes
-    for path in (f for f in FAMILY_FILES if targets[f] == "unpatched"):
+    for path in (f for f in FAMILY_FILES if targets.get(f) == "unpatched"):
         text = (package_dir / path).read_text()
         compile(text, path, "exec")
         assert (
@@ -155,6 +154,14 @@ def test_families_on_releases_with_native_deepseek(version, interpreter, inner_a
     assert run_cli("--vllm-dir", str(package_dir), "revert").returncode == 0
     assert record_mismatches(package_dir) == []
     assert status(package_dir)["state"] == "unpatched"
+
+
+def runner_states(package_dir, targets: dict[str, str]) -> dict[str, str]:
+    """``status``'s state of each file of :data:`RUNNER_CLASSES`: its row, or for a wrapper the multimodal rule
+    finds native (no file to patch, so no row) its architecture's verdict."""
+    completed = run_cli("--vllm-dir", str(package_dir), "status", "--architectures", "--json")
+    verdicts = {v["cls"]: v["verdict"] for v in json.loads(completed.stdout)["architectures"]}
+    return {f: targets[f] if f in targets else verdicts.get(cls, "missing") for f, cls in RUNNER_CLASSES.items()}
 
 
 def declared_state(package_dir, path: str) -> str:

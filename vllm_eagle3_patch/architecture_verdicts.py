@@ -188,7 +188,7 @@ def judge(
             file = files[family.path]
             found_verdict = verdict(_FROM_STATE[file.state], FamilyFile(family.name, file), family.name)
             return replace(found_verdict, over_pipeline_ranks=_over_pipeline_ranks(file, relays))
-    wrapped = _through_a_wrapper(chain, files, discovery.wrappers.get(architecture))
+    wrapped = _through_a_wrapper(files, discovery.wrappers.get(architecture))
     if wrapped is not None:
         family_name, file, language_model = wrapped
         return verdict(_FROM_STATE[file.state], WrapperFile(file, cls, language_model), family_name)
@@ -202,14 +202,9 @@ def judge(
 
 
 def _through_a_wrapper(
-    chain: Chain, files: dict[str, FilePlan], found: Optional[FoundWrapper]
+    files: dict[str, FilePlan], found: Optional[FoundWrapper]
 ) -> Optional[tuple[str, FilePlan, LanguageModel]]:
-    """``(family, wrapper's file, language model)`` of a multimodal class served through a wrapper: a catalog
-    family's (Gemma 3's, Kimi-K2.5's) or one found by rule."""
-    for family in FAMILIES:
-        wrapper = family.wrapper
-        if wrapper is not None and chain.includes(_module(wrapper.path), wrapper.cls) and wrapper.path in files:
-            return family.name, files[wrapper.path], LanguageModel(family=family.name)
+    """``(name, wrapper's file, language model)`` of a multimodal class served through a wrapper found by rule."""
     if found is None or found.wrapper.path not in files:
         return None
     if found.chosen_by_checkpoint:
@@ -218,10 +213,6 @@ def _through_a_wrapper(
         family_name = found.family.name if found.family is not None else None
         language_model = LanguageModel(found.language_model, family_name)
     return found.name, files[found.wrapper.path], language_model
-
-
-def _module(path: str) -> str:
-    return path.removesuffix(".py").replace("/", ".")
 
 
 def _over_pipeline_ranks(file: FilePlan, relays: bool) -> Optional[bool]:

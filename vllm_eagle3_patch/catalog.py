@@ -1,6 +1,7 @@
 """The catalog: every place in vLLM this tool patches, and every model family, as data.
 
-A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry of :data:`FAMILIES`; a kind
+A model family is one :class:`~vllm_eagle3_patch.codemod.family.Family` entry of :data:`FAMILIES` (its
+multimodal wrappers are found by rule, as every other family's); a kind
 of change is one entry of :data:`PATCHES`, which the plan, the support tables and the tests iterate, and
 the speculative-config gate admits :func:`gated_model_types`.  Adding a family is adding an entry here (and
 its tests: ``docs/architecture.md`` has the checklist).
@@ -20,12 +21,6 @@ DEEPSEEK_V2 = Family(
     "DeepseekV2Model",
     "DeepseekV2ForCausalLM",  # V3, V3.2 and Kimi-K2 are subclasses or the same class
     ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"),  # glm_moe_dsa: GLM-5 (0.16.0+)
-    # Kimi-K2.5 (0.15.0+): the runner holds the wrapper, whose language model is DeepSeek-V3
-    # (a bare DeepseekV2Model in 0.15.x, a DeepseekV2ForCausalLM from 0.16.0); its text config
-    # is a DeepseekV3Config, which the gate knows as deepseek_v3
-    wrapper=Wrapper(
-        f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration", "Kimi-K2.5", text_model_type="deepseek_v3"
-    ),
     policy=Policy.REQUIRED,
 )
 GLM4_MOE = Family("GLM-4.5 MoE", f"{MODELS}/glm4_moe.py", "Glm4MoeModel", "Glm4MoeForCausalLM", ("glm4_moe",))
@@ -35,9 +30,6 @@ GEMMA3 = Family(
     "Gemma3Model",
     "Gemma3ForCausalLM",
     ("gemma3", "gemma3_text"),
-    wrapper=Wrapper(
-        f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration", "Gemma 3 multimodal", text_model_type="gemma3_text"
-    ),
 )
 BAILING_MOE = Family(
     "Ling (Bailing MoE)", f"{MODELS}/bailing_moe.py", "BailingMoeModel", "BailingMoeForCausalLM", ("bailing_moe",)
@@ -69,6 +61,15 @@ QWEN3_5 = Family(
 )
 
 FAMILIES = (DEEPSEEK_V2, GLM4_MOE, GEMMA3, BAILING_MOE, MINIMAX_M2, LONGCAT_FLASH, QWEN3_NEXT, QWEN3_5)
+
+NAMED_WRAPPERS = (
+    # the seed: Kimi-K2.5 (0.15.0+) holds DeepSeek-V3 (a bare DeepseekV2Model in 0.15.x, a DeepseekV2ForCausalLM
+    # from 0.16.0); its text config is a DeepseekV3Config, which the gate knows as deepseek_v3
+    Wrapper(f"{MODELS}/kimi_k25.py", "KimiK25ForConditionalGeneration", "Kimi-K2.5"),
+    Wrapper(f"{MODELS}/gemma3_mm.py", "Gemma3ForConditionalGeneration", "Gemma 3 multimodal"),
+)
+"""Multimodal wrappers the support tables and the release tests name.  The multimodal rule (``multimodal.py``)
+finds and patches them as it does every other; this list only names them for people."""
 
 GATE_ONLY_MODEL_TYPES = ("phi3",)
 """Families whose model already implements EAGLE-3 (Phi-3 and Phi-4-mini inherit it from

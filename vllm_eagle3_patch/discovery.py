@@ -179,21 +179,19 @@ class _FamilyFinder:
         self.native: dict[str, tuple[str, ...]] = {}
         self.wrappers: dict[str, FoundWrapper] = {}
         self.encoder_decoder: tuple[str, ...] = ()
-        self.described = [(module_of(f.wrapper.path), f.wrapper.cls) for f in known if f.wrapper is not None]
 
     @property
     def families(self) -> tuple[Family, ...]:
         return (*self.known, *self.found.values())
 
     def judged(self, architecture: str, module: str, cls: str) -> Optional[Chain]:
-        """The chain of a registered class still to be judged: not native, not a known family's (or wrapper's)."""
+        """The chain of a registered class still to be judged: not native, not a known family's."""
         chain = self.chains.registered(module, cls)
         if chain is not None and chain.declares_eagle3:
             self.native[architecture] = model_types(architecture, module)
         if chain is None or chain.declares_eagle3:
             return None
-        places = [*((module_of(f.path), f.causal_lm) for f in self.known), *self.described]
-        return None if any(chain.includes(*place) for place in places) else chain
+        return None if any(chain.includes(module_of(f.path), f.causal_lm) for f in self.known) else chain
 
     def served_by_a_found_family(self, architecture: str, module: str, chain: Chain) -> bool:
         """A multimodal class on a found family's causal LM chain (``GLM4VForCausalLM(ChatGLMBaseModel)``), where
@@ -266,7 +264,7 @@ def encode(discovery: Discovery) -> dict:
     """A JSON form of ``discovery`` for the cache (``forward_from`` by family name)."""
 
     def family(f: Family) -> dict:
-        fields = {k: v for k, v in vars(f).items() if k not in ("wrapper", "forward_from", "policy")}
+        fields = {k: v for k, v in vars(f).items() if k not in ("forward_from", "policy")}
         return {**fields, "forward_from": f.forward_from.name if f.forward_from else None}
 
     def wrapper(w: FoundWrapper) -> dict:
@@ -316,8 +314,8 @@ def serving(
     release: Release, architectures: tuple[str, ...], families: tuple[Family, ...], discovery: Discovery
 ) -> set[str]:
     """The names of the ``families`` that serve ``architectures`` (``apply --only``): those whose causal
-    LM, or whose wrapper, is on the registered class's chain; and of the multimodal wrappers found by rule that
-    serve them, with their language models' families.  An unknown name is refused."""
+    LM is on the registered class's chain; and of the multimodal wrappers found by rule that serve them, with
+    their language models' families.  An unknown name is refused."""
     chains = ChainReader(release.read)
     names = set()
     for architecture in architectures:
@@ -328,12 +326,8 @@ def serving(
         found = discovery.wrappers.get(architecture)
         names.update((found.name, *([found.family.name] if found.family else [])) if found else ())
         chain = chains.registered(*release.registry[architecture])
-        for family in families:
-            places = [(family.path, family.causal_lm)]
-            if family.wrapper is not None:
-                places.append((family.wrapper.path, family.wrapper.cls))
-            if chain is not None and any(chain.includes(module_of(path), cls) for path, cls in places):
-                names.add(family.name)
+        served = [f.name for f in families if chain is not None and chain.includes(module_of(f.path), f.causal_lm)]
+        names.update(served)
     return names
 
 

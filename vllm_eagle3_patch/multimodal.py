@@ -9,17 +9,17 @@ that attribute, and what it builds:
 - ``init_vllm_registered_model(...)``: the architectures the call names (``architectures=["Qwen2ForCausalLM"]``),
   judged as the text registry's, or where it names none the one the checkpoint's text config names;
 - a causal LM class: native, or a family's causal LM (its file patched by ``apply``);
-- a family's bare model (Kimi-K2.5's ``DeepseekV2Model`` on 0.15.x), or upstream's collecting decoder
-  (Phi-4-MM's ``LlamaModel``): the methods would act on it, but the proposer cannot take the embedding from it
-  (below), so it is refused.
+- a family's bare model (Kimi-K2.5's ``DeepseekV2Model``), or upstream's collecting decoder (Phi-4-MM's
+  ``LlamaModel``): the methods act on it, where the proposer can take the embedding from it (below).
 
 The runner's gate is not the only check: vLLM's EAGLE proposer (``load_model``) shares the target's token
 embedding with the drafter, taken from ``get_language_model().model.embed_tokens`` (or ``.embedding``), and
 raises as the engine starts where there is none.  ``get_language_model()`` gives the child holding the language
 model, the attribute the class's ``forward`` runs; so that child must be a causal LM holding ``self.model``
 (a family's shows its embedding there once patched: ``patches/shared_embedding.py``), or a class of the file the
-tool patches for it that has no ``model`` at all and builds its embedding: a read-only ``model`` answers it with
-itself (:func:`answers_model`).  A bare decoder of another file (Phi-4-MM's ``LlamaModel``) is refused.
+tool patches for it (the wrapper's, or the family's for a family's bare model) that has no ``model`` at all and
+builds its embedding: a read-only ``model`` answers it with itself (:func:`answers_model`).  A bare decoder of a
+file the tool does not patch for it (Phi-4-MM's ``LlamaModel``) is refused.
 
 Each such class becomes a :class:`FoundWrapper`; every other architecture is refused with its reason.
 """
@@ -104,11 +104,12 @@ def _judged(
     found = _served(wrapper, model, families)
     if isinstance(found, Refused) or not release.shares_the_language_models_embedding:
         return found
-    patched = module_of(wrapper.path)
+    family = found.family if found.bare else None  # a family's bare model: its file is patched, not the wrapper's
+    patched = module_of(family.path if family is not None else wrapper.path)
     unshared = unshared_embedding(chains, model, wrapper.language_model.removeprefix("self."), families, patched)
     if unshared is not None:
         return Refused(unshared)
-    shown = found.family is None and answers_model(model, patched)  # a family's file shows its own embedding
+    shown = (found.family is None or found.bare) and answers_model(model, patched)  # a causal LM shows its own
     return replace(found, answers_model=True) if shown else found
 
 

@@ -7,7 +7,7 @@ knows nothing of what an entry is.  An entry planned after the model files is ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, ClassVar, Optional, Protocol
 
 from .codemod.family import Family, FoundWrapper
@@ -16,7 +16,7 @@ from .discovery import Discovery
 from .eagle3.release import Release, admitted_entries
 from .patches.decoder_eagle3 import DecoderPatch
 from .patches.speculative_gate import SpeculativeGatePatch
-from .patches.wrapper_eagle3 import FoundWrappersPatch, WrapperPatch
+from .patches.wrapper_eagle3 import FoundWrappersPatch
 
 
 @dataclass(frozen=True)
@@ -47,21 +47,26 @@ class PatchKind(Protocol):
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """Each family's model file and wrapper, then the files of the families found by rule
-    (``discovery.py``), one patch per file; a file of ``families`` is theirs alone."""
+    """Each family's model file, then the files of the families found by rule (``discovery.py``), one patch
+    per file; a file of ``families`` is theirs alone.  A family whose bare model a multimodal wrapper holds as its
+    language model answers ``model`` with it where the rule found that sound (``FoundWrapper.answers_model``)."""
 
     families: tuple[Family, ...]
     after_model_files: ClassVar[bool] = False
 
     def patches(self, found: Found) -> tuple[Patch, ...]:
-        patches: list[Patch] = [DecoderPatch(family) for family in self.families]
-        patches += [WrapperPatch(family) for family in self.families if family.wrapper is not None]
+        answering = {w.family.name for w in found.discovery.wrappers.values() if w.answers_model and w.family}
+        patches: list[Patch] = [DecoderPatch(_answering(family, answering)) for family in self.families]
         by_path: dict[str, list[Family]] = {}
         for family in found.discovery.families:
-            by_path.setdefault(family.path, []).append(family)
+            by_path.setdefault(family.path, []).append(_answering(family, answering))
         owned = {family.path for family in self.families}
         patches += [DecoderPatch(*families) for path, families in by_path.items() if path not in owned]
         return tuple(patches)
+
+
+def _answering(family: Family, answering: set[str]) -> Family:
+    return replace(family, answers_model=True) if family.name in answering else family
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ from helpers.decoder_sources import (
 from helpers.toy_decoders import IMPORT, LOOPS, Eagle3, load, toy_family, toy_source
 from libcst.codemod import CodemodTest
 
-from vllm_eagle3_patch.codemod.family import Family
+from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
-from vllm_eagle3_patch.patches.wrapper_eagle3 import WrapperPatch
+from vllm_eagle3_patch.patches.wrapper_eagle3 import FoundWrappersPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -299,7 +299,8 @@ def test_the_getter_is_named_as_the_release_runner_asks(runner, getter, other):
     wrapper must answer under that name, or SupportsEagle3's default (the mixin's) would."""
     read = reader(runner=runner, model=source())
     model = DecoderPatch(TOY).examine(source(), read, Options()).patched
-    wrapper = WrapperPatch(TOY).examine(WRAPPER_SOURCE, read, Options()).patched
+    found = FoundWrapper(Wrapper("model_executor/models/toy_mm.py", "ToyForConditionalGeneration"), "Toy", TOY)
+    wrapper = FoundWrappersPatch(found.wrapper.path, (found,)).examine(WRAPPER_SOURCE, read, Options()).patched
     assert f"    def {getter}(self) -> tuple[int, ...]:  # vllm-eagle3-patch\n" in model
     assert f"        return self.language_model.{getter}()\n" in wrapper
     assert other not in model + wrapper

@@ -12,15 +12,13 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from vllm_eagle3_patch.codemod.family import Family
+from vllm_eagle3_patch.codemod.family import Family, Wrapper
 from vllm_eagle3_patch.eagle3.release import PROTOCOL
 
 
-def runner_classes(families: tuple[Family, ...]) -> dict[str, str]:
-    """Each file of ``families`` (relative to ``vllm/``) and the class in it that the runner holds."""
-    classes = {family.path: family.causal_lm for family in families}
-    classes.update({family.wrapper.path: family.wrapper.cls for family in families if family.wrapper})
-    return classes
+def runner_classes(families: tuple[Family, ...], wrappers: tuple[Wrapper, ...] = ()) -> dict[str, str]:
+    """Each file of ``families`` and ``wrappers`` (relative to ``vllm/``) and the class in it that the runner holds."""
+    return {**{family.path: family.causal_lm for family in families}, **{w.path: w.cls for w in wrappers}}
 
 
 def declares_eagle3(source: Optional[str], cls: str) -> bool:

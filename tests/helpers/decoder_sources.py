@@ -6,7 +6,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from vllm_eagle3_patch.codemod.family import Family, Wrapper
+from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3
 
@@ -16,7 +16,6 @@ TOY = Family(
     "ToyModel",
     "ToyForCausalLM",
     ("toy",),
-    wrapper=Wrapper("model_executor/models/toy_mm.py", "ToyForConditionalGeneration"),
 )
 
 MODEL_TEMPLATE = """\

@@ -121,7 +121,8 @@ def answering_the_proposer(plan: Plan, eagle3_files: set[str]) -> list[dict]:
         runs = next((c for c in chain.classes if "forward" in c.methods), None) if chain else None
         if path not in eagle3_files or runs is None or runs.returns_from is None:
             continue
-        if not held_answers_model(plan.release, chains, chain, runs.returns_from):
+        answers = found.answers_model if found else held_answers_model(plan.release, chains, chain, runs.returns_from)
+        if not answers:  # found: a family's bare model answers in the family's file (Kimi-K2.5's DeepseekV2Model)
             continue
         held = held_class(chains, chain, runs.returns_from)
         built = [

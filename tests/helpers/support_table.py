@@ -17,7 +17,7 @@ from typing import Iterable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``from helpers import`` when run as a script
 from helpers import wheel_corpus
 from vllm_eagle3_patch.architecture_verdicts import architecture_verdicts
-from vllm_eagle3_patch.catalog import FAMILIES, every_patch
+from vllm_eagle3_patch.catalog import FAMILIES, NAMED_WRAPPERS, every_patch
 from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
@@ -65,8 +65,14 @@ def plans(releases: Iterable[str]) -> dict[str, Plan]:
 
 
 def verdicts(by_release: dict[str, Plan]) -> dict[str, dict[str, State]]:
-    """``{release: {file: state}}``."""
-    return {release: {file.path: file.state for file in plan.files} for release, plan in by_release.items()}
+    """``{release: {file: state}}``; a named wrapper the multimodal rule finds native has no file to patch, and
+    is native there."""
+    table = {}
+    for release, plan in by_release.items():
+        states = {file.path: file.state for file in plan.files}
+        native = {w.path: State.NATIVE for w in NAMED_WRAPPERS if w.cls in plan.discovery.native}
+        table[release] = {**native, **states}
+    return table
 
 
 def ranges(releases: list[str], wanted: Iterable[str]) -> str:
@@ -87,14 +93,12 @@ def ranges(releases: list[str], wanted: Iterable[str]) -> str:
 def family_rows(table: dict[str, dict[str, State]]) -> list[tuple[str, str, str]]:
     releases = list(table)
     rows = []
-    for family in FAMILIES:
-        files = [family.path, *([family.wrapper.path] if family.wrapper else [])]
-        names = (family.name, family.wrapper.name if family.wrapper else "")
-        for path, name in zip(files, names):
-            patched = [r for r in releases if table[r].get(path) is State.UNPATCHED]
-            native = [r for r in releases if table[r].get(path) is State.NATIVE]
-            native_text = ranges(releases, native) if native else f"not native up to {releases[-1]}"
-            rows.append((f"{name} (`{Path(path).name}`)", ranges(releases, patched), native_text))
+    named = [*((f.path, f.name) for f in FAMILIES), *((w.path, w.name) for w in NAMED_WRAPPERS)]
+    for path, name in named:
+        patched = [r for r in releases if table[r].get(path) is State.UNPATCHED]
+        native = [r for r in releases if table[r].get(path) is State.NATIVE]
+        native_text = ranges(releases, native) if native else f"not native up to {releases[-1]}"
+        rows.append((f"{name} (`{Path(path).name}`)", ranges(releases, patched), native_text))
     return rows
 
 
@@ -128,14 +132,18 @@ def markdown(header: tuple[str, ...], rows: list[tuple[str, tuple[str, ...]]]) -
 
 
 def release_table(by_release: dict[str, Plan]) -> str:
-    """Every patch on every corpus release (the gate under whichever file holds it)."""
+    """Every patch of the catalog and every wrapper it names on every corpus release (the gate under whichever
+    file holds it)."""
     present = {file.patch for plan in by_release.values() for file in plan.files}
     patches = [patch.name for patch in every_patch() if patch.name in present]  # the catalog's order
+    table = verdicts(by_release)
     rows = {}
     for release, plan in by_release.items():
         states = {file.patch: file.state for file in plan.files}
-        rows[release] = tuple(CELL[states[t]] if t in states else "-" for t in patches)
-    return markdown(tuple(patches), grouped(rows))
+        cells = tuple(CELL[states[t]] if t in states else "-" for t in patches)
+        wrappers = tuple(CELL[table[release][w.path]] if w.path in table[release] else "-" for w in NAMED_WRAPPERS)
+        rows[release] = cells + wrappers
+    return markdown((*patches, *(f"{w.name} wrapper" for w in NAMED_WRAPPERS)), grouped(rows))
 
 
 def interface_table(by_release: dict[str, Plan]) -> str:

@@ -15,18 +15,16 @@ from .patch import Policy
 
 @dataclass(frozen=True)
 class Wrapper:
-    """A multimodal class whose language model is the family's causal LM (or its bare model)."""
+    """A multimodal class that holds a language model (``multimodal.py`` finds it by rule)."""
 
     path: str
     """Relative to ``vllm/``."""
     cls: str
     name: str = ""
-    """For people: the checkpoints it serves (``Kimi-K2.5``)."""
+    """For people: the checkpoints it serves (``Kimi-K2.5``; ``catalog.NAMED_WRAPPERS``)."""
     language_model: str = "self.language_model"
-    """The attribute holding the language model: the family's ``causal_lm`` (the methods are
-    handed on to it), or in some releases its bare ``model`` (the methods act on it directly)."""
-    text_model_type: str = ""
-    """``hf_text_config.model_type`` of its checkpoints, which the gate judges (the text config's)."""
+    """The attribute holding the language model: a causal LM (the methods are handed on to it), or a bare
+    model (the methods act on it directly)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,6 @@ class Family:
     """``hf_text_config.model_type`` values the speculative-config gate must accept."""
     decoder: str = "self.model"
     """Where ``causal_lm`` keeps its ``model`` instance."""
-    wrapper: Optional[Wrapper] = None
     ids_on_the_class: bool = False
     """Also declare the empty ids on the model class, for subclasses in other files that run
     its ``forward`` but skip its ``__init__`` (Qwen3.5's model and Qwen3-Next's)."""
@@ -63,12 +60,6 @@ class Family:
     """A multimodal class runs the model (or what holds the decoder) as its language model, which has no
     ``model`` of its own: a read-only ``model`` answers it with itself, where vLLM's proposer takes the
     embedding (``get_language_model().model``; ``multimodal.answers_model``)."""
-
-    @property
-    def wrapper_policy(self) -> Policy:
-        """A wrapper of the required family must be patchable where it exists (Kimi-K2.5 serves
-        DeepSeek-V3); any other family's wrapper is left alone like the family's own file."""
-        return Policy.BLOCKING if self.policy is Policy.REQUIRED else Policy.OPTIONAL
 
 
 CHECKPOINTS_MODEL = "the language model its checkpoint's text config names"

@@ -25,9 +25,6 @@ from .drafter_config import ModelConfig, read_config
 from .gate import GateVerdict, gate_verdict
 
 READY = (State.PATCHED, State.NATIVE)
-NO_IMAGE_TOKEN_INDEX = frozenset({"KimiK25ForConditionalGeneration"})
-"""Wrappers whose config has no ``image_token_index``: the proposer's generic read fails for them, so its file is
-on their path wherever it does not name them."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,7 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     found = plan.discovery.wrappers.get(architecture)
     if entry is not None and found is not None:
         return _through_a_wrapper(plan, architecture, entry, found, config)
-    family, wrapper = _family_of(module)
+    family = _family_of(module)
     if family is None:
         family = plan.discovery.architectures.get(architecture)  # found by rule in the registry
     checkpoint_type = str(config.text.get("model_type", "")) if config else None
@@ -124,15 +121,9 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     if family is None:
         return TargetModel(architecture, module, None, ())
     paths = {family.path}
-    if wrapper and family.wrapper is not None:
-        paths.add(family.wrapper.path)
-        if family.wrapper.cls in NO_IMAGE_TOKEN_INDEX:
-            paths.update(_proposer_reading_generically(plan, family.wrapper.cls))
     if family.forward_from is not None:
         paths.add(family.forward_from.path)  # its model runs that family's forward
     files = tuple(f for f in plan.files if f.path in paths)
-    if wrapper and family.wrapper is not None and family.wrapper.text_model_type:
-        named = (family.wrapper.text_model_type,)  # the runner's text config is its language model's
     types = named or family.model_types
     return TargetModel(architecture, module, family, files, gate(types), False, config is not None)
 
@@ -177,15 +168,10 @@ def _family_of_type(model_type: str) -> Optional[Family]:
     return next((family for family in FAMILIES if model_type in family.model_types), None)
 
 
-def _family_of(module: Optional[str]) -> tuple[Optional[Family], bool]:
-    """The family whose model file or wrapper is ``module``, and whether it is the wrapper."""
+def _family_of(module: Optional[str]) -> Optional[Family]:
+    """The family whose model file is ``module``."""
     path = module_path(module) if module is not None else None
-    for family in FAMILIES:
-        if family.path == path:
-            return family, False
-        if family.wrapper is not None and family.wrapper.path == path:
-            return family, True
-    return None, False
+    return next((family for family in FAMILIES if family.path == path), None)
 
 
 def module_path(module: str) -> str:

@@ -127,7 +127,7 @@ def getter_asked(plan: Plan) -> str:
 def families_to_check(plan: Plan) -> list[dict]:
     """What ``stand_in_checks`` checks: each family whose model file this vLLM has, not native,
     and ``apply`` does not leave alone (a required family always: failing it is the point of
-    an unpatched run), and its multimodal wrapper on the same terms; then every family found by rule
+    an unpatched run), and the multimodal wrappers found around it on the same terms; then every family found by rule
     whose file is patched or to be patched (``by_rule``: the protocol and the states); modules and
     classes by name."""
     present = {f.path for f in plan.files}
@@ -142,7 +142,11 @@ def families_to_check(plan: Plan) -> list[dict]:
         required = family.policy is Policy.REQUIRED
         if not checked(family.path, required):
             continue
-        wrapper = family.wrapper if family.wrapper and checked(family.wrapper.path) else None
+        wrappers = [
+            {"module": module_name(w.wrapper.path), "cls": w.wrapper.cls, "language_model": w.wrapper.language_model}
+            for w in plan.discovery.wrappers.values()
+            if w.family is not None and w.family.name == family.name and checked(w.wrapper.path)
+        ]
         described.append(
             {
                 "module": module_name(family.path),
@@ -150,8 +154,7 @@ def families_to_check(plan: Plan) -> list[dict]:
                 "model": family.model,
                 "causal_lm": family.causal_lm,
                 "decoder": family.decoder,
-                "wrapper": wrapper
-                and {"module": module_name(wrapper.path), "cls": wrapper.cls, "language_model": wrapper.language_model},
+                "wrappers": list({w["cls"]: w for w in wrappers}.values()),
             }
         )
     by_rule = [family for family in plan.discovery.families if checked(family.path)]

@@ -68,11 +68,10 @@ def family_checks(
         states,
         (f"{model}.forward unchanged with no ids", lambda: check_unchanged(module, model)),
     ]
-    wrapper = family.get("wrapper")
-    if wrapper:
-        checks.append(
-            (f"{wrapper['cls']} supports EAGLE-3 and delegates", lambda: check_wrapper(wrapper, getter, expected_ids))
-        )
+    checks += [
+        (f"{w['cls']} supports EAGLE-3 and delegates", lambda w=w: check_wrapper(w, getter, expected_ids))
+        for w in family.get("wrappers", ())
+    ]
     return checks
 
 

@@ -345,7 +345,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def run_doctor(args: argparse.Namespace) -> int:
     plan = make_plan(find_install(args), states_only=True)
-    diagnosis = doctor.diagnose(plan, args.drafter, args.target, plan.install.command())
+    diagnosis = doctor.diagnose(plan, args.drafter, args.target)
     if args.json:
         output.emit_json(json_objects.diagnosis_object(diagnosis))
     elif not args.quiet:

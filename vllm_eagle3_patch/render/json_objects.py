@@ -15,9 +15,10 @@ from ..install.locate import VllmInstall
 from ..plan import Plan
 from ..verification.checks import Check
 from ..verification.verify import FileCheck, Report
+from .doctor_words import finding_detail, finding_fix
 from .messages import outcome_message
 from .plan_words import file_reason, plan_reason
-from .words import architecture_reason, check_words, finding_detail, target_verdict
+from .words import architecture_reason, check_words, target_verdict
 
 
 def status_data(plan: Plan) -> dict[str, Any]:
@@ -149,7 +150,12 @@ def diagnosis_object(diagnosis: Diagnosis) -> dict[str, Any]:
         "captured": list(diagnosis.captured) if diagnosis.captured is not None else None,
         "expected": list(diagnosis.expected) if diagnosis.expected is not None else None,
         "findings": [
-            {"check": f.check, "verdict": f.verdict.value, "detail": finding_detail(f), "fix": f.fix}
+            {
+                "check": f.check.value,
+                "verdict": f.verdict.value,
+                "detail": finding_detail(f, diagnosis),
+                "fix": finding_fix(f, diagnosis),
+            }
             for f in diagnosis.findings
         ],
     }

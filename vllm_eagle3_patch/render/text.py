@@ -13,16 +13,18 @@ from typing import Iterator, Optional, TextIO
 from ..architecture_verdicts import VERDICTS, ArchitectureVerdict
 from ..changes import Outcome
 from ..codemod.patch import Options, State
-from ..drafters.doctor import Assessment, Diagnosis
+from ..drafters.doctor import Diagnosis
+from ..drafters.doctor_facts import Assessment
 from ..drafters.target_model import TargetModel
 from ..install.record import RecordCheck
 from ..plan import Plan
 from ..verification.engine_check import Step
 from ..verification.verify import Report
+from .doctor_words import finding_detail, finding_fix
 from .json_objects import status_data
 from .messages import outcome_message
 from .plan_words import file_reason
-from .words import architecture_reason, check_words, finding_detail, target_verdict
+from .words import architecture_reason, check_words, target_verdict
 
 _STATE_STYLE = {
     State.PATCHED: "green",
@@ -219,8 +221,10 @@ def print_verify(report: Report, stream: TextIO = sys.stdout, static_enough: boo
 def print_diagnosis(diagnosis: Diagnosis, stream: Optional[TextIO] = None) -> None:
     """``doctor``: one line per check (with its fix where it is not ok), then the verdict (``stream`` None: stdout)."""
     for finding in diagnosis.findings:
-        fix = f"; fix: {finding.fix}" if finding.fix and finding.verdict is not Assessment.OK else ""
-        print(f"{finding.verdict.value:<8} {finding.check}: {finding_detail(finding)}{fix}", file=stream)
+        fix = finding_fix(finding, diagnosis)
+        fix = f"; fix: {fix}" if fix and finding.verdict is not Assessment.OK else ""
+        detail = finding_detail(finding, diagnosis)
+        print(f"{finding.verdict.value:<8} {finding.check.value}: {detail}{fix}", file=stream)
     failing = [f for f in diagnosis.findings if f.verdict in (Assessment.PROBLEM, Assessment.UNKNOWN)]
     print(
         "verdict: consistent" if not failing else f"verdict: not consistent ({len(failing)} to fix or decide)",

@@ -19,14 +19,13 @@ from ..architecture_verdicts import (
 )
 from ..codemod.family import CHECKPOINTS_MODEL
 from ..codemod.patch import State
-from ..drafters.doctor import Finding, ReleaseFacts, Serving
 from ..drafters.gate import quoted
 from ..drafters.target_model import READY, TargetModel
 from ..eagle3.class_chain import registry_module
 from ..plan import FilePlan
 from ..verification.checks import Check
 from ..verification.verify import Expected, FileCheck
-from .plan_words import file_reason, plan_reason
+from .plan_words import file_reason
 
 
 def check_words(check: Union[Check, FileCheck]) -> tuple[str, str]:
@@ -89,25 +88,6 @@ def _language_model(language_model: LanguageModel) -> str:
     if family is not None:
         return f"its language model, {name} ({family})"
     return f"its language model, {name}, which implements SupportsEagle3"
-
-
-def finding_detail(finding: Finding) -> str:
-    """What a ``doctor`` check found, in words."""
-    detail = finding.detail
-    return detail if isinstance(detail, str) else release_detail(detail)
-
-
-def release_detail(facts: ReleaseFacts) -> str:
-    """Whether this install serves the target with EAGLE-3, and why."""
-    plan, model = facts.plan, facts.model
-    where = f"vLLM {plan.install.version} ({plan.state.value})"
-    if facts.serving is Serving.THE_FILES:
-        return f"{where}: {plan_reason(plan)}"
-    if facts.serving is Serving.NO_TARGET or model is None:
-        return f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
-    unrecognised = facts.unrecognised
-    detail = f"{where}: {target_verdict(model)}" + (f": {file_reason(unrecognised.because)}" if unrecognised else "")
-    return detail + (": its own model class decides" if facts.serving is Serving.ITS_OWN_CLASS else "")
 
 
 def target_verdict(model: TargetModel) -> str:

@@ -1,0 +1,252 @@
+"""The words of ``doctor``'s findings (``drafters/doctor_facts.py``): what each check found and the command or
+step that fixes it, for the text and the ``--json`` object alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..drafters.doctor import Diagnosis
+from ..drafters.doctor_facts import (
+    LLAMA_DRAFTER,
+    NATIVE_MLA_DRAFTERS,
+    ApplyAuxLayers,
+    ArchitectureFacts,
+    Capture,
+    CaptureSource,
+    Carrying,
+    CheckName,
+    ConventionFacts,
+    DraftMap,
+    DraftVocabularyFacts,
+    Finding,
+    Fix,
+    IdsFacts,
+    LayersFacts,
+    LayersFound,
+    Loading,
+    NeedsTarget,
+    PipelineFacts,
+    ReleaseFacts,
+    Remedy,
+    Serving,
+    SetDrafterConfig,
+    SizeFacts,
+    Sizes,
+)
+from ..drafters.drafter_config import Location
+from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
+from ..eagle3.release import REGISTRY
+from ..plan import Plan
+from .plan_words import file_reason, plan_reason
+from .words import target_verdict
+
+_OTHER_SIZE = {CheckName.HIDDEN_SIZE: "trained for another model", CheckName.VOCABULARY: "another tokenizer"}
+"""What a size that differs from the target's means, by check."""
+
+
+def finding_detail(finding: Finding, diagnosis: Diagnosis) -> str:
+    """What a ``doctor`` check found, in words."""
+    found, version = finding.found, diagnosis.plan.install.version
+    if isinstance(found, ReleaseFacts):
+        return release_detail(found)
+    if isinstance(found, ArchitectureFacts):
+        return architecture_detail(found, diagnosis)
+    if isinstance(found, SizeFacts):
+        return size_detail(found, _OTHER_SIZE[finding.check])
+    if isinstance(found, NeedsTarget):
+        return "needs the target's config.json"
+    if isinstance(found, DraftVocabularyFacts):
+        return draft_vocabulary_detail(found)
+    if isinstance(found, IdsFacts):
+        return ids_detail(found, version)
+    if isinstance(found, ConventionFacts):
+        return convention_detail(found)
+    if isinstance(found, LayersFacts):
+        return layers_detail(found, diagnosis.plan)
+    return pipeline_detail(found, version)
+
+
+def finding_fix(finding: Finding, diagnosis: Diagnosis) -> Optional[str]:
+    """The command (or the step) that fixes what a check found (None: none is needed)."""
+    fix = finding.fix
+    return fix_text(fix, diagnosis) if fix is not None else None
+
+
+def release_detail(facts: ReleaseFacts) -> str:
+    """Whether this install serves the target with EAGLE-3, and why."""
+    plan, model = facts.plan, facts.model
+    where = f"vLLM {plan.install.version} ({plan.state.value})"
+    if facts.serving is Serving.THE_FILES:
+        return f"{where}: {plan_reason(plan)}"
+    if facts.serving is Serving.NO_TARGET or model is None:
+        return f"{where}: whether it serves the target with EAGLE-3 depends on the target's class and model type"
+    unrecognised = facts.unrecognised
+    detail = f"{where}: {target_verdict(model)}" + (f": {file_reason(unrecognised.because)}" if unrecognised else "")
+    return detail + (": its own model class decides" if facts.serving is Serving.ITS_OWN_CLASS else "")
+
+
+def architecture_detail(facts: ArchitectureFacts, diagnosis: Diagnosis) -> str:
+    """Whether this release loads the drafter's architecture, by its lookup and its registry."""
+    architecture, loaded, version = facts.architecture, facts.loaded, diagnosis.plan.install.version
+    lookup = facts.lookup.value if facts.lookup is not None else ""
+    if facts.loading is Loading.SPECULATORS_FORMAT:
+        return (
+            "a speculators-format config: vLLM converts it itself (transformers_utils/configs/speculators); not checked"
+        )
+    if facts.loading is Loading.NO_ARCHITECTURES:
+        return f"{diagnosis.drafter.path}: no architectures list"
+    if facts.loading is Loading.NO_EAGLE3_DRAFTER:
+        return f"vLLM {version} loads no EAGLE-3 drafter"
+    if facts.loading is Loading.FIXED:
+        return f"{architecture} loads: vLLM {version}: {lookup}"
+    if facts.loading is Loading.REGISTERED:
+        renamed = f" as {loaded}" if loaded != architecture else ""
+        return f"{architecture} loads{renamed} (registered in {REGISTRY})"
+    if facts.loading is Loading.MLA_ON_FIXED:
+        return f"{architecture} is an MLA drafter, but vLLM {version}: {lookup}"
+    return f"{architecture} cannot load on vLLM {version}: {lookup}, and {loaded} is not in {REGISTRY}"
+
+
+def size_detail(facts: SizeFacts, other: str) -> str:
+    """A size the drafter was trained with against the target's (``other``: what a difference means)."""
+    drafter_key, target_key = facts.drafter_key, facts.target_key
+    if facts.sizes is Sizes.MISSING:
+        return f"the drafter's {drafter_key} or the target's {target_key} is missing"
+    if facts.sizes is Sizes.DIFFER:
+        return f"the drafter's {drafter_key} is {facts.expects}, the target's {target_key} {facts.actual}: {other}"
+    return f"{facts.actual} (the drafter's {drafter_key}, the target's {target_key})"
+
+
+def draft_vocabulary_detail(facts: DraftVocabularyFacts) -> str:
+    draft = facts.draft
+    if facts.draft_map is DraftMap.WHOLE_VOCABULARY:
+        return "drafts over the whole vocabulary"
+    if facts.draft_map is DraftMap.EXCEEDS_VOCABULARY:
+        return f"draft_vocab_size {draft} exceeds vocab_size {facts.vocabulary}"
+    if facts.draft_map is DraftMap.UNCHECKED:
+        return f"draft_vocab_size {draft}: no safetensors header to check its d2t map"
+    if facts.draft_map is DraftMap.NO_MAP:
+        found = "no d2t tensor" if facts.d2t is None else f"a d2t tensor of shape {facts.d2t}"
+        return f"draft_vocab_size {draft} needs a d2t map of {draft} entries; the checkpoint has {found}"
+    return f"draft_vocab_size {draft} with its d2t map"
+
+
+def ids_detail(facts: IdsFacts, version: str) -> str:
+    """Where the drafter keeps its ids, and whether this release reads them there."""
+    if facts.ids.ids is None:
+        return f"no {FIELD} in the drafter config: the target's ids are used"
+    ids = list(facts.ids.ids)
+    if facts.ids.location is Location.EAGLE_CONFIG:
+        return (
+            f"eagle_config.{FIELD} {ids}: vLLM {version} ignores ids nested under eagle_config (it reads the top level)"
+        )
+    if facts.read:
+        return f"{FIELD} {ids} at the top level: vLLM {version} reads them instead of the target's"
+    return f"{FIELD} {ids} at the top level: vLLM {version} ignores them (read from 0.11.1 on)"
+
+
+def convention_detail(facts: ConventionFacts) -> str:
+    inference = facts.inference
+    if inference is None:
+        return "no ids: assuming the default of EAGLE-3 and SpecForge training, vLLM's (2, n // 2, n - 3)"
+    if inference.convention is None:
+        return f"cannot tell: {inference.reason}"
+    return f"{inference.convention.value}: {inference.reason}"
+
+
+def layers_detail(facts: LayersFacts, plan: Plan) -> str:
+    """What vLLM will capture, from where, against what the drafter was trained on."""
+    source = capture_source(facts.source, plan)
+    if facts.found is LayersFound.CAPTURE_UNKNOWN:
+        return f"cannot tell what vLLM will capture: {source}"
+    will = f"vLLM will capture {list(facts.captured)} ({source})"
+    n = facts.layers
+    if facts.found is LayersFound.BEYOND_THE_TARGET:
+        return f"{will}, but the target has only {n} layers (ids 0..{n})"
+    if facts.found is LayersFound.OTHER_COUNT:
+        return f"{will}, but the drafter's fc takes {facts.fc_states} hidden states"
+    if facts.found is LayersFound.UNDECIDED_DEFAULT:
+        return f"{will}; the drafter names no ids and (2, n // 2, n - 3) repeats ids for {n} layers: undecided"
+    if facts.found is LayersFound.UNDECIDED_CONVENTION:
+        candidates = " or ".join(f"{list(ids)} ({convention.value})" for convention, ids in facts.candidates)
+        return f"{will}; the drafter expects {candidates}, undecided"
+    if facts.found is LayersFound.OTHER_LAYERS:
+        return f"{will}; the drafter was trained on {list(facts.expected)}"
+    return f"{will}; the drafter was trained on the same"
+
+
+def capture_source(source: CaptureSource, plan: Plan) -> str:
+    """Where the ids vLLM will capture come from, or why they are not known."""
+    default, version = source.default, plan.install.version
+    own_default = f"vLLM's own default, {default.text} in {default.where}" if default is not None else ""
+    return {
+        Capture.DRAFTER_TOP_LEVEL: f"the drafter's top-level ids, which vLLM {version} reads",
+        Capture.NO_LAYER_COUNT: "needs the target's num_hidden_layers",
+        Capture.NO_TARGET_CONFIG: "needs the target's config.json",
+        Capture.NOT_A_FAMILY: "the target is not a model family this tool patches, and its class lacks EAGLE-3",
+        Capture.BAKED_IN: "baked in by apply --aux-layers",
+        Capture.PATCHED_DEFAULT: "the patched default",
+        Capture.PATCHED_DEFAULT_ONCE_APPLIED: "the patched default, once applied",
+        Capture.INSTALL_STATE: f"vLLM {version} is {plan.state.value}",
+        Capture.UNREADABLE_GETTER: f"{source.architecture}'s own class chooses, by a getter this tool cannot read",
+        Capture.UNEVALUATED_DEFAULT: f"{own_default}, which this tool cannot evaluate",
+        Capture.OWN_DEFAULT: own_default,
+    }[source.capture]
+
+
+def pipeline_detail(facts: PipelineFacts, version: str) -> str:
+    """Whether vLLM runs EAGLE-3 over pipeline ranks for the target, and how to serve it where it does not."""
+    where, architecture = f"vLLM {version}", facts.architecture
+    if facts.carrying is Carrying.ONE_STAGE:
+        return (
+            f"{where} runs EAGLE-3 on one pipeline stage only: before 0.30.0 it gives the drafter the target's "
+            "pipeline size and refuses it (an EAGLE drafter has no SupportsPP); scale with --tensor-parallel-size"
+        )
+    if facts.carrying is Carrying.ASK_THE_TARGET:
+        return (
+            f"{where} carries aux states across pipeline ranks for targets that "
+            "declare it (model runner V2); give --target to learn whether yours does"
+        )
+    if facts.carrying is Carrying.CARRIED:
+        return f"{where}: {architecture} carries its aux states across pipeline ranks (model runner V2)"
+    return (
+        f"{where}: {architecture} does not carry aux states across pipeline ranks: serve it with "
+        "--pipeline-parallel-size 1 (vLLM refuses EAGLE-3 over ranks for it)"
+    )
+
+
+def fix_text(fix: Fix, diagnosis: Diagnosis) -> str:
+    """The command that fixes a finding, for this install and this drafter; or the step where no command does."""
+    command, drafter = diagnosis.plan.install.command(), diagnosis.drafter.directory
+    if isinstance(fix, SetDrafterConfig):
+        return set_config_command(fix.path, fix.key, fix.value)
+    if isinstance(fix, ApplyAuxLayers):
+        return f"{command} apply --aux-layers {','.join(map(str, fix.ids))}"
+    return {
+        Remedy.APPLY: f"{command} apply",
+        Remedy.REVERT_THEN_APPLY: f"{command} revert --force && {command} apply",
+        Remedy.GIVE_THE_TARGET: f"{command} doctor --drafter {drafter} --target TARGET_DIR",
+        Remedy.UPGRADE_VLLM: f"pip install '{NATIVE_MLA_DRAFTERS}'",
+        Remedy.UPGRADE_FOR_MLA_DRAFTER: (
+            f"pip install '{NATIVE_MLA_DRAFTERS}'  (MLA drafters load from 0.18.0; or use a Llama-architecture drafter)"
+        ),
+        Remedy.NONE_FROM_THIS_TOOL: "none from this tool: a newer vLLM, or another target",
+        Remedy.REGISTERED_DRAFTER: (
+            f"use a drafter whose architecture vLLM {diagnosis.plan.install.version} registers (e.g. {LLAMA_DRAFTER})"
+        ),
+        Remedy.TRAINED_DRAFTER: "use the drafter trained for this target",
+        Remedy.INTACT_CHECKPOINT: "use an intact drafter checkpoint",
+        Remedy.CHOOSE_CONVENTION: (
+            f"{command} apply --aux-layers-from {drafter} --ids-convention sglang  (or vllm: as it was trained)"
+        ),
+    }[fix]
+
+
+def set_config_command(path: Path, key: str, value: list[object]) -> str:
+    """A command that sets one top-level key of a config.json (no jq needed)."""
+    program = (
+        f"import json, pathlib; p = pathlib.Path({str(path)!r}); c = json.loads(p.read_text()); "
+        f"c[{key!r}] = {value!r}; p.write_text(json.dumps(c, indent=2))"
+    )
+    return f'python3 -c "{program}"'

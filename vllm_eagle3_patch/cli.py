@@ -21,6 +21,7 @@ from .drafters import doctor, drafter_config
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids
 from .errors import ToolError
+from .fewer_collections import fewer_collections
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
 from .render import json_objects, text
@@ -38,7 +39,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     as_json = "--json" in words  # known before parsing: a usage error answers in JSON too
     try:
         args = build_parser().parse_args(joined_values(words))
-        return output.finish(args.run(args))
+        with fewer_collections():  # the commands parse model files: big trees, no cycles
+            result = args.run(args)
+        return output.finish(result)
     except UsageError as usage:  # argparse's lines are on stderr already
         return output.error_object(str(usage), USAGE) if as_json else USAGE
     except BrokenPipeError:

@@ -206,6 +206,7 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
     except SyntaxError:
         return None
     lines = source.splitlines()
+    collecting = _mentions_collecting(source)
 
     def upstream(node: ast.AST) -> bool:
         """Not added by this tool: the chain is judged as vLLM wrote it, patched or not."""
@@ -221,7 +222,7 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
             _built_in_init(node),
             _forward_loops(node),
             _forward_returns_from(node),
-            _forward_collects(node),
+            collecting and _forward_collects(node),
             "encoder_outputs" in _forward_parameters(node),
             _registered_in_init(node),
         )
@@ -238,13 +239,19 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
     return _Module(classes, imports)
 
 
+_BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")
+"""The fields of a statement that hold statements (``except`` clauses and ``case`` blocks too), in the order of
+the nodes' own fields: every other field holds expressions or names."""
+
+
 def _statements(node: ast.AST) -> Iterator[ast.AST]:
     """Every statement under ``node``, nested ones included (``if TYPE_CHECKING:``, ``try:``), breadth first
     as :func:`ast.walk`; expressions, which hold none, are never entered: most of a module's nodes."""
     queue = deque([node])
     while queue:
-        for child in ast.iter_child_nodes(queue.popleft()):
-            if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+        current = queue.popleft()
+        for block in _BLOCKS:
+            for child in getattr(current, block, ()):
                 queue.append(child)
                 yield child
 
@@ -427,11 +434,20 @@ def _registered_in_init(node: ast.ClassDef) -> tuple[tuple[str, tuple[str, ...]]
     return tuple(found)
 
 
+_COLLECTING = ("aux_hidden_state_layers", "_maybe_add_hidden_state")
+"""The attributes of ``self`` a ``forward`` that collects aux hidden states reads."""
+
+
+def _mentions_collecting(source: str) -> bool:
+    """Whether ``source`` names an attribute of :data:`_COLLECTING` at all: where it does not, no ``forward``
+    of the file collects, and none need be walked (most files; a walk visits every node of ``forward``)."""
+    return any(name in source for name in _COLLECTING)
+
+
 def _forward_collects(node: ast.ClassDef) -> bool:
     forward = next((s for s in node.body if isinstance(s, ast.FunctionDef) and s.name == "forward"), None)
-    names = {"aux_hidden_state_layers", "_maybe_add_hidden_state"}
     return forward is not None and any(
-        isinstance(n, ast.Attribute) and n.attr in names and _is_self(n.value) for n in ast.walk(forward)
+        isinstance(n, ast.Attribute) and n.attr in _COLLECTING and _is_self(n.value) for n in ast.walk(forward)
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -21,7 +23,7 @@ from vllm_eagle3_patch.catalog import FAMILIES, NAMED_WRAPPERS, every_patch
 from vllm_eagle3_patch.codemod.patch import State
 from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
-from vllm_eagle3_patch.plan import Plan, make_plan
+from vllm_eagle3_patch.plan import make_plan
 from vllm_eagle3_patch.render.words import architecture_reason
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,21 +60,55 @@ def corpus() -> list[str]:
     return sorted(wheel_corpus.ALL_RELEASES, key=version_key)
 
 
-def plans(releases: Iterable[str]) -> dict[str, Plan]:
-    """``status``'s plan of each unpatched release tree."""
-    os.environ.setdefault("VLLM_EAGLE3_PATCH_VERDICT_CACHE", "")
-    return {r: make_plan(from_package_dir(wheel_corpus.release_tree(r) / "vllm"), states_only=True) for r in releases}
+@dataclass(frozen=True)
+class ArchitectureRow:
+    architecture: str
+    kind: str
+    verdict: str
+    decoder_only: bool
+    reason: str
 
 
-def verdicts(by_release: dict[str, Plan]) -> dict[str, dict[str, State]]:
-    """``{release: {file: state}}``; a named wrapper the multimodal rule finds native has no file to patch, and
+@dataclass(frozen=True)
+class ReleaseFacts:
+    """What the tables need of one release, as ``status`` judges its unpatched tree (plain data: it is computed in
+    a worker process, one release after another on two)."""
+
+    states: dict[str, State]
+    """Each file's state by its path; a named wrapper the multimodal rule finds native has no file to patch, and
     is native there."""
-    table = {}
-    for release, plan in by_release.items():
-        states = {file.path: file.state for file in plan.files}
-        native = {w.path: State.NATIVE for w in NAMED_WRAPPERS if w.cls in plan.discovery.native}
-        table[release] = {**native, **states}
-    return table
+    patch_states: dict[str, State]
+    """Each file's state by its patch's name."""
+    interface: tuple[str, ...]
+    architectures: tuple[ArchitectureRow, ...]
+
+
+def release_facts(release: str) -> ReleaseFacts:
+    os.environ.setdefault("VLLM_EAGLE3_PATCH_VERDICT_CACHE", "")
+    plan = make_plan(from_package_dir(wheel_corpus.release_tree(release) / "vllm"), states_only=True)
+    states = {file.path: file.state for file in plan.files}
+    native = {w.path: State.NATIVE for w in NAMED_WRAPPERS if w.cls in plan.discovery.native}
+    rows = tuple(
+        ArchitectureRow(v.architecture, v.kind, v.verdict, v.decoder_only, architecture_reason(v))
+        for v in architecture_verdicts(plan)
+    )
+    return ReleaseFacts(
+        {**native, **states}, {file.patch: file.state for file in plan.files}, interface_cells(plan.release), rows
+    )
+
+
+def facts(releases: Iterable[str]) -> dict[str, ReleaseFacts]:
+    """Each release's facts, two at a time (each is one process's work: the tables cost minutes otherwise)."""
+    releases = list(releases)
+    for release in releases:
+        wheel_corpus.release_tree(release)  # downloads first, one at a time
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        return dict(zip(releases, pool.map(release_facts, releases)))
+
+
+def verdicts(by_release: dict[str, ReleaseFacts]) -> dict[str, dict[str, State]]:
+    """``{release: {file: state}}``."""
+    return {release: found.states for release, found in by_release.items()}
 
 
 def ranges(releases: list[str], wanted: Iterable[str]) -> str:
@@ -131,26 +167,22 @@ def markdown(header: tuple[str, ...], rows: list[tuple[str, tuple[str, ...]]]) -
     return "\n".join(lines) + "\n"
 
 
-def release_table(by_release: dict[str, Plan]) -> str:
+def release_table(by_release: dict[str, ReleaseFacts]) -> str:
     """Every patch of the catalog and every wrapper it names on every corpus release (the gate under whichever
     file holds it)."""
-    present = {file.patch for plan in by_release.values() for file in plan.files}
+    present = {patch for found in by_release.values() for patch in found.patch_states}
     patches = [patch.name for patch in every_patch() if patch.name in present]  # the catalog's order
-    table = verdicts(by_release)
     rows = {}
-    for release, plan in by_release.items():
-        states = {file.patch: file.state for file in plan.files}
-        cells = tuple(CELL[states[t]] if t in states else "-" for t in patches)
-        wrappers = tuple(CELL[table[release][w.path]] if w.path in table[release] else "-" for w in NAMED_WRAPPERS)
+    for release, found in by_release.items():
+        cells = tuple(CELL[found.patch_states[t]] if t in found.patch_states else "-" for t in patches)
+        wrappers = tuple(CELL[found.states[w.path]] if w.path in found.states else "-" for w in NAMED_WRAPPERS)
         rows[release] = cells + wrappers
     return markdown((*patches, *(f"{w.name} wrapper" for w in NAMED_WRAPPERS)), grouped(rows))
 
 
-def interface_table(by_release: dict[str, Plan]) -> str:
+def interface_table(by_release: dict[str, ReleaseFacts]) -> str:
     """What each release's runner and gate ask of a target (``eagle3/release.py``'s reading)."""
-    rows = {}
-    for release, plan in by_release.items():
-        rows[release] = interface_cells(plan.release)
+    rows = {release: found.interface for release, found in by_release.items()}
     header = ("`SupportsEagle3`", "the getter the runner calls", "gate file", "gate")
     return markdown(header, grouped(rows))
 
@@ -173,12 +205,12 @@ def interface_cells(release: Release) -> tuple[str, ...]:
     return (protocol, f"`{interface.getter}`", f"`{gate_file}`" if gate_file != "-" else "-", gate)
 
 
-def architecture_counts(by_release: dict[str, Plan]) -> str:
+def architecture_counts(by_release: dict[str, ReleaseFacts]) -> str:
     """Per corpus release and registry: how many registered architectures are EAGLE-3 targets after ``apply``
     (of the multimodal ones, the share among the decoder-only, as issue 28 counts them)."""
     rows = {}
-    for release, plan in by_release.items():
-        verdicts = architecture_verdicts(plan)
+    for release, found in by_release.items():
+        verdicts = found.architectures
         cells: tuple[str, ...] = ()
         for kind in KINDS:
             of_kind = [v for v in verdicts if v.kind == kind and v.decoder_only]
@@ -205,10 +237,10 @@ def architecture_counts(by_release: dict[str, Plan]) -> str:
     return markdown(header, grouped(rows))
 
 
-def architecture_table(by_release: dict[str, Plan]) -> str:
+def architecture_table(by_release: dict[str, ReleaseFacts]) -> str:
     """Each architecture of the three releases after ``apply``, and each refusal's reason."""
     shown = ARCHITECTURE_RELEASES
-    verdicts_of = {r: {v.architecture: v for v in architecture_verdicts(by_release[r])} for r in ARCHITECTURE_RELEASES}
+    verdicts_of = {r: {v.architecture: v for v in by_release[r].architectures} for r in ARCHITECTURE_RELEASES}
     kind_of = {a: v.kind for found in verdicts_of.values() for a, v in found.items()}
     names = sorted(kind_of, key=lambda name: (KINDS.index(kind_of[name]), name.lower(), name))
     lines = [
@@ -225,7 +257,7 @@ def architecture_table(by_release: dict[str, Plan]) -> str:
         refused = [v for v in verdicts_of[release].values() if v.verdict == "refused"]
         lines.append(f"Refused on {release}:")
         lines.append("")
-        lines += [f"- `{v.architecture}` ({v.kind}): {architecture_reason(v)}" for v in refused]
+        lines += [f"- `{v.architecture}` ({v.kind}): {v.reason}" for v in refused]
         lines.append("")
     return "\n".join(lines)
 
@@ -243,7 +275,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 def rendered() -> dict[Path, str]:
     """The two documents with their generated blocks up to date."""
-    by_release = plans(corpus())
+    by_release = facts(corpus())
     releases_doc = replace_block(RELEASES_DOC.read_text(), "release table", release_table(by_release))
     architectures_doc = replace_block(
         ARCHITECTURES_DOC.read_text(), "architecture counts", architecture_counts(by_release)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from helpers.cli import run_cli
 
+from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.patch import Options, State, Verdict
+from vllm_eagle3_patch.discovery import Discovery, decoder, encode
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.verdict_cache import StateCache
 
@@ -129,3 +133,22 @@ def test_the_key_holds_the_tool_source_the_text_and_the_options(tmp_path):
     beside["beside.py"] = "x = 2\n"
     ask("tool-1")
     assert patch.calls == 5
+
+
+@pytest.mark.unit
+def test_a_cached_discovery_keeps_apart_two_families_of_one_name():
+    """``mixtral.py`` and ``mixtral_quant.py`` both hold a ``MixtralForCausalLM``: read back from the cache, each
+    architecture, wrapper and ``forward_from`` is the family of its own file (a name would pick one for both)."""
+    name = "MixtralForCausalLM"
+    plain = Family(name, "model_executor/models/mixtral.py", "MixtralModel", name, ("x",))
+    quant = replace(plain, path="model_executor/models/mixtral_quant.py", forward_from=plain)
+    wrapper = FoundWrapper(Wrapper("model_executor/models/toy_vl.py", "ToyVL"), "MixtralForCausalLM", plain)
+    found = Discovery(
+        (plain, quant), {"MixtralForCausalLM": plain, "QuantMixtralForCausalLM": quant}, wrappers={"ToyVL": wrapper}
+    )
+    back = decoder(())(json.loads(json.dumps(encode(found))))
+    assert back.architectures["MixtralForCausalLM"].path.endswith("/mixtral.py")
+    assert back.architectures["QuantMixtralForCausalLM"].path.endswith("/mixtral_quant.py")
+    assert back.architectures["QuantMixtralForCausalLM"].forward_from.path.endswith("/mixtral.py")
+    assert back.wrappers["ToyVL"].family.path.endswith("/mixtral.py")
+    assert back == found

@@ -261,23 +261,28 @@ class _FamilyFinder:
 
 
 def encode(discovery: Discovery) -> dict:
-    """A JSON form of ``discovery`` for the cache (``forward_from`` by family name)."""
+    """A JSON form of ``discovery`` for the cache: a family by its file and causal LM (:func:`_key`), since two
+    files may hold causal LMs of one name (``mixtral.py`` and ``mixtral_quant.py``: ``MixtralForCausalLM``)."""
 
     def family(f: Family) -> dict:
         fields = {k: v for k, v in vars(f).items() if k not in ("forward_from", "policy")}
-        return {**fields, "forward_from": f.forward_from.name if f.forward_from else None}
+        return {**fields, "forward_from": _key(f.forward_from) if f.forward_from else None}
 
     def wrapper(w: FoundWrapper) -> dict:
-        return {**vars(w), "wrapper": vars(w.wrapper), "family": w.family.name if w.family else None}
+        return {**vars(w), "wrapper": vars(w.wrapper), "family": _key(w.family) if w.family else None}
 
     return {
         "families": [family(f) for f in discovery.families],
-        "architectures": {a: f.name for a, f in discovery.architectures.items()},
+        "architectures": {a: _key(f) for a, f in discovery.architectures.items()},
         "unrecognised": discovery.unrecognised,
         "native": discovery.native,
         "wrappers": {a: wrapper(w) for a, w in discovery.wrappers.items()},
         "encoder_decoder": list(discovery.encoder_decoder),
     }
+
+
+def _key(family: Family) -> list[str]:
+    return [family.path, family.causal_lm]
 
 
 def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
@@ -286,15 +291,15 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
     def decode(data: object) -> Discovery:
         if not isinstance(data, dict):
             raise TypeError("not a discovery")  # the cache treats it as absent
-        by_name = {f.name: f for f in known}
+        by_key = {tuple(_key(f)): f for f in known}
         families = []
         for entry in data["families"]:
-            forward_from = by_name[entry["forward_from"]] if entry["forward_from"] else None
+            forward_from = by_key[tuple(entry["forward_from"])] if entry["forward_from"] else None
             fields = {**entry, "model_types": tuple(entry["model_types"]), "forward_from": forward_from}
             family = Family(**fields)
-            by_name[family.name] = family
+            by_key[tuple(_key(family))] = family
             families.append(family)
-        architectures = {a: by_name[name] for a, name in data["architectures"].items()}
+        architectures = {a: by_key[tuple(key)] for a, key in data["architectures"].items()}
         native = {a: tuple(types) for a, types in data["native"].items()}
         wrappers = {
             a: FoundWrapper(
@@ -302,7 +307,7 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
             )
             for a, w in data["wrappers"].items()
         }
-        wrappers = {a: replace(w, family=by_name[w.family] if w.family else None) for a, w in wrappers.items()}
+        wrappers = {a: replace(w, family=by_key[tuple(w.family)] if w.family else None) for a, w in wrappers.items()}
         unrecognised = dict(data["unrecognised"])
         encoder_decoder = tuple(data["encoder_decoder"])
         return Discovery(tuple(families), architectures, unrecognised, native, wrappers, encoder_decoder)

@@ -121,6 +121,15 @@ def test_a_codemod_that_changes_a_set_aside_function_is_caught():
         parsed.restore(code.replace(first_placeholder, "    return 0\n"))
 
 
+def test_a_body_that_would_come_back_at_another_indentation_is_caught():
+    """The outline is what gets compiled: a body must land where it left, or the whole may not compile."""
+    parsed = outline(SAMPLE, NOTHING_KEPT)
+    code = cst.parse_module(parsed.text).code
+    first_placeholder = next(line for line in code.splitlines(keepends=True) if "<set aside 0 " in line)
+    with pytest.raises(RuntimeError, match="another indentation"):
+        parsed.restore(code.replace(first_placeholder, "        " + first_placeholder.lstrip()))
+
+
 @pytest.mark.parametrize("version", ALL_RELEASES)
 def test_every_target_file_of_every_release_gets_the_same_verdict_and_text_as_from_a_whole_parse(version, monkeypatch):
     """The real files: outlined and whole, each codemod must say and write exactly the same."""

@@ -51,11 +51,18 @@ class Outline:
         """``code`` (the outline, transformed) with every placeholder line replaced by its body."""
         if not self.bodies:
             return code
-        placeholder = re.compile(rf"[ \t]*\.\.\.  # <set aside (\d+) {self.nonce}>(?:\r\n|\n)?")
-        restored, count = placeholder.subn(lambda match: self.bodies[int(match.group(1))], code)
+        placeholder = re.compile(rf"([ \t]*)\.\.\.  # <set aside (\d+) {self.nonce}>(?:\r\n|\n)?")
+        restored, count = placeholder.subn(self._body, code)
         if count != len(self.bodies):  # a codemod changed a function it declared it does not read
             raise RuntimeError(f"outline: {count} of {len(self.bodies)} set-aside function bodies came back")
         return restored
+
+    def _body(self, placeholder: re.Match) -> str:
+        """The body a placeholder stands for, which must come back at the indentation it left."""
+        body = self.bodies[int(placeholder.group(2))]
+        if not body.startswith(placeholder.group(1)) or body[len(placeholder.group(1))] in " \t":
+            raise RuntimeError(f"outline: a set-aside body came back at another indentation: {body[:60]!r}")
+        return body
 
 
 @functools.lru_cache(maxsize=2)

@@ -82,11 +82,13 @@ class Verdict:
         writing out a module costs about as much as its transform."""
         if self.tree is None:
             return None
-        code = self.tree.code if self.outline is None else self.outline.restore(self.tree.code)
+        code = self.tree.code
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # vLLM's own invalid escapes are not ours to report
             compile(code, "<patched>", "exec")  # a codemod bug must never reach a user's disk
-        return code
+        # Compiling the outline checks every line a codemod wrote; the bodies set aside come back verbatim,
+        # each at the indentation it left (``Outline.restore`` checks it), so the whole compiles too.
+        return code if self.outline is None else self.outline.restore(code)
 
 
 class Patch(Protocol):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from vllm_eagle3_patch.codemod.cst_tools import MARK, add_import, find, replace_node, walk
+from vllm_eagle3_patch.codemod.cst_tools import MARK, add_import, find, parse, replace_node, walk
+from vllm_eagle3_patch.codemod.patch import Unrecognised
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -85,3 +86,49 @@ def test_replace_node_rebuilds_only_the_path_to_the_node():
     assert replaced.body[1] is module.body[1]  # g untouched, not copied
     with pytest.raises(ValueError):
         replace_node(module.body[1], one, cst.Integer("3"))
+
+
+VARIED = """\
+\"\"\"Doc.\"\"\"
+from .interfaces import (SupportsPP,
+    SupportsLoRA)  # keep
+
+
+@decorator(1)
+class A(Base, metaclass=Meta):
+    x: int = (1 + 2) * 3
+
+    async def f(self, *a, b=lambda: [i for i in range(3) if i], **k) -> "A":
+        async with c as d, e:
+            yield {**k, "a": a[1:2, ...]}, not b, (yield)
+        return f"{self!r:>10}"
+
+    def g(self):
+        try:
+            pass
+        except* ValueError as error:
+            raise
+        match self:
+            case [1, *rest] | {"k": _} if rest:
+                del rest
+        global q
+        x = y if z else w; x += 1
+"""
+
+
+def test_a_tree_parsed_without_checking_each_node_is_the_same_tree():
+    """``parse`` skips the nodes' own validation while LibCST's parser builds them: the tree must not change."""
+    trusted = parse(VARIED)
+    assert trusted.deep_equals(cst.parse_module(VARIED))
+    assert trusted.code == VARIED
+
+
+@pytest.mark.parametrize("source", ["x = 1\n", "def broken(:\n"])
+def test_nodes_a_codemod_builds_are_checked_again_after_a_parse(source):
+    """The check comes back after the parse, whether it succeeded or raised."""
+    try:
+        parse(source)
+    except Unrecognised:
+        pass
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")

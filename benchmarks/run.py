@@ -57,7 +57,8 @@ CAPTURE_SAMPLES = 5
 NOISY_LOAD = 0.5  # 1-minute load average at which another job was sharing the CPUs
 NOISY_SPREAD = 0.15  # (max - min) / median of the import baseline
 COMMAND_NAMES = (
-    "import", "apply", "status (patched)", "status (unpatched)", "status (unpatched, first look)", "diff", "revert",
+    "import", "apply", "apply (first look)", "status (patched)", "status (unpatched)", "status (unpatched, first look)",
+    "diff", "revert",
 )  # fmt: skip
 CACHE_VARIABLE = "VLLM_EAGLE3_PATCH_VERDICT_CACHE"
 """Where status keeps verdicts (``vllm_eagle3_patch/verdict_cache.py``)."""
@@ -227,7 +228,10 @@ def measure_commands(pristine_site: Path, cpu_python: Path, runs: int, workdir: 
     looked at (``status`` on a patched tree), reverted (timed) and dropped.  ``status`` on an
     unpatched tree and ``diff`` use the pristine copy, which nothing writes to.  The tool's
     verdict cache is private to the run: ``status (unpatched)`` is a look at a tree judged
-    before (as by a health check), ``first look`` starts from an empty cache every run.
+    before (as by a health check), ``first look`` starts from an empty cache every run.  ``apply``
+    follows the commands of the run before on the same release (the families found by rule in
+    its registry are kept by release, and checked file by file); ``apply (first look)`` patches a
+    second fresh copy with an empty cache: the first ``apply`` on a machine.
     """
     pristine = pristine_site / "vllm"
     import_argv = [str(cpu_python), "-c", f"import {IMPORTED_MODULE}"]
@@ -236,10 +240,13 @@ def measure_commands(pristine_site: Path, cpu_python: Path, runs: int, workdir: 
     for run in range(-1, runs):  # run -1 warms the page cache and is thrown away
         progress(f"commands: run {run + 1}/{runs}" if run >= 0 else "commands: warm-up run")
         scratch = copy_tree(pristine_site, workdir / f"run-{run + 1}")
+        untouched = copy_tree(pristine_site, workdir / f"first-{run + 1}")
         first_look = {**os.environ, CACHE_VARIABLE: str(workdir / f"state-cache-{run + 1}")}
+        first_apply = {**os.environ, CACHE_VARIABLE: str(workdir / f"apply-cache-{run + 1}")}
         timings = {
             "import": wall_time(import_argv, cpu_env(pristine_site)),
             "apply": wall_time(tool_argv(scratch, "apply"), judged_before),
+            "apply (first look)": wall_time(tool_argv(untouched, "apply"), first_apply),
             "status (patched)": wall_time(tool_argv(scratch, "status"), judged_before),
             "revert": wall_time(tool_argv(scratch, "revert"), judged_before),
             "status (unpatched)": wall_time(tool_argv(pristine, "status"), judged_before),
@@ -247,6 +254,7 @@ def measure_commands(pristine_site: Path, cpu_python: Path, runs: int, workdir: 
             "diff": wall_time(tool_argv(pristine, "diff"), judged_before),
         }
         shutil.rmtree(scratch.parent)
+        shutil.rmtree(untouched.parent)
         if run >= 0:
             for name, seconds in timings.items():
                 samples[name].append(seconds)
@@ -343,7 +351,12 @@ def prepared_trees(version: str, python: Path, workdir: Path) -> tuple[Path, Pat
 def build_figures(seconds: dict[str, list[float]], nanoseconds: dict[str, list[float]]) -> list[Figure]:
     """Turn raw samples into figures with their targets."""
     baseline = statistics.median(seconds["import"])
-    targets = {"apply": APPLY_MAX_RATIO, "status (unpatched)": STATUS_MAX_RATIO, "status (patched)": STATUS_MAX_RATIO}
+    targets = {
+        "apply": APPLY_MAX_RATIO,
+        "apply (first look)": APPLY_MAX_RATIO,
+        "status (unpatched)": STATUS_MAX_RATIO,
+        "status (patched)": STATUS_MAX_RATIO,
+    }
     figures = [Figure(f"import {IMPORTED_MODULE.rsplit('.', 1)[1]} (baseline)", "s", seconds["import"])]
     for name in COMMAND_NAMES[1:]:
         figures.append(Figure(name, "s", seconds[name], target=targets.get(name), ratio_of=baseline))

@@ -57,6 +57,21 @@ def test_a_second_status_answers_from_hashes_without_importing_libcst(release, t
     assert len(list((tmp_path / "cache").glob("*.json"))) == len(first["targets"]) + 1
 
 
+def test_another_tree_of_the_same_release_reuses_the_families_found_and_an_edited_one_does_not(release, tmp_path):
+    """The families found by rule are kept by release, not by path (a second environment, a fresh copy), and
+    reused only while every file they were read from is the same."""
+    cache = tmp_path / "cache"
+    first, _ = status(release("0.17.1"), cache)
+    entries = set(cache.glob("*.json"))
+    other = release("0.17.1")
+    assert status(other, cache)[0]["targets"] == first["targets"]
+    assert set(cache.glob("*.json")) == entries  # nothing judged again: the same entries answered
+    registry = other / "model_executor/models/registry.py"
+    registry.write_text(registry.read_text().replace('("olmo", "OlmoForCausalLM")', '("olmo", "OlmoMissing")'))
+    files = {t["file"] for t in status(other, cache)[0]["targets"]}
+    assert files == {t["file"] for t in first["targets"]} - {"model_executor/models/olmo.py"}
+
+
 def status_after_edit(package_dir: Path, cache: Path, relative: str, old: str, new: str) -> tuple[dict, str]:
     """``status`` (filling the cache), then ``relative`` edited, then ``status`` again."""
     status(package_dir, cache)

@@ -145,7 +145,7 @@ def make_plan(
         options = recorded
     release = Release(install.package_dir)
     discovery = StateCache(default_directory()).remember(
-        f"families found by rule in {install.package_dir}",
+        f"families found by rule in vLLM {install.version}",  # any tree of the release: each file read is checked
         _as_installed(release, state_dir, manifest),
         lambda tree: discover(tree, FAMILIES),
         encode,

@@ -173,15 +173,12 @@ def test_a_renamed_class_is_refused(release):
     assert completed.returncode == 1 and "class DeepseekV2ForCausalLM" in completed.stderr
 
 
-@pytest.mark.parametrize(
-    ("room", "said"),
-    [(100, "every file was rolled back"), (-1, "nothing was changed")],
-    ids=["a-patched-file-does-not-fit", "a-backup-does-not-fit"],
-)
-def test_a_failing_write_changes_nothing(release, room, said):
+@pytest.mark.parametrize("room", [100, -1], ids=["a-patched-file-does-not-fit", "a-backup-does-not-fit"])
+def test_a_failing_write_changes_nothing(release, room):
     """A real write error (file-size limit) part-way through apply: exit 1, one line naming the file, no trace left.
     The limit is the largest file apply changes plus ``room``: its backup fits and its patched text does not, or
-    (``-1``) its backup does not fit either."""
+    (``-1``) its backup does not fit either.  Every new text is written beside its file before any is renamed into
+    place, so neither failure has changed a file of vLLM."""
     package_dir = release("0.11.0")
     untouched = tree_digest(package_dir.parent)
     targets = json.loads(cli(package_dir, "status", "--json").stdout)["targets"]
@@ -198,28 +195,38 @@ def test_a_failing_write_changes_nothing(release, room, said):
         preexec_fn=small_files,
     )
     assert completed.returncode == 1
-    assert completed.stderr.count("\n") == 1 and said in completed.stderr and ".py: cannot write" in completed.stderr
+    said = completed.stderr
+    assert said.count("\n") == 1 and "nothing was changed" in said and ".py: cannot write" in said, said
     assert tree_digest(package_dir.parent) == untouched
 
 
 def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
+    """A rename that fails after others succeeded (the new texts all written beside their files): the files already
+    renamed get their old bytes back, the rest are discarded, and nothing of the run is left."""
     from vllm_eagle3_patch import changes
     from vllm_eagle3_patch.codemod.patch import Options
     from vllm_eagle3_patch.errors import ToolError
+    from vllm_eagle3_patch.install.fileio import Staged
     from vllm_eagle3_patch.install.locate import from_package_dir
+    from vllm_eagle3_patch.install.manifest import STATE_DIR
 
     package_dir = release("0.11.0")
     untouched = tree_digest(package_dir.parent)
-    real_write = changes.write_atomically
+    real_commit = Staged.commit
+    renamed, failed = [], []
 
-    def fail_on_gate(path, data):
-        if path.name == "speculative.py" and b"vllm-eagle3-patch" in data:
+    def fail_on_the_second_file_of_vllm(staged):
+        if STATE_DIR not in staged.path.parts and len(renamed) == 1 and not failed:
+            failed.append(staged.path)
             raise OSError(28, "No space left on device")
-        real_write(path, data)
+        real_commit(staged)
+        if STATE_DIR not in staged.path.parts:
+            renamed.append(staged.path)
 
-    monkeypatch.setattr(changes, "write_atomically", fail_on_gate)
-    with pytest.raises(ToolError, match="speculative.py: cannot write .No space left on device.; every file"):
+    monkeypatch.setattr(Staged, "commit", fail_on_the_second_file_of_vllm)
+    with pytest.raises(ToolError, match=r"\.py: cannot write .No space left on device.; every file was rolled back"):
         changes.apply(from_package_dir(package_dir), Options())
+    assert len(failed) == 1 and renamed == [renamed[0], renamed[0]]  # renamed, then put back
     assert tree_digest(package_dir.parent) == untouched
 
 

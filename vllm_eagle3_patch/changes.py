@@ -20,7 +20,7 @@ from . import __version__
 from .catalog import every_patch
 from .codemod.patch import Options, State
 from .errors import ToolError
-from .install.fileio import drop_bytecode, restore_bytecode, write_atomically
+from .install.fileio import Staged, commit_all, drop_bytecode, restore_bytecode, stage_all, write_atomically
 from .install.journal import Journal
 from .install.locate import VllmInstall
 from .install.lock import locked
@@ -287,14 +287,10 @@ def _save_state(
     """The backups, the installer's bytecode (before the manifest), then the manifest; where one cannot be written
     (a full disk, a file-size limit), the backups this run added are removed and the state is as it was: no vLLM
     file has been touched yet."""
-    added: list[Path] = []
-    writing = state_dir.path
+    added = [state_dir.backup_path(path) for path, _ in backups if not state_dir.backup_path(path).exists()]
+    writing: Optional[Path] = None  # a backup's error names the backup
     try:
-        for path, original in backups:
-            writing = state_dir.backup_path(path)
-            if not writing.exists():
-                added.append(writing)
-            state_dir.save_backup(path, original)
+        state_dir.save_backups(backups)
         for path in changing:
             writing = state_dir.bytecode_dir(path)
             state_dir.save_bytecode(path)
@@ -304,23 +300,33 @@ def _save_state(
         for backup in added:
             backup.unlink(missing_ok=True)
         _restore_manifest(state_dir, previous)
-        raise ToolError(f"{writing}: cannot write ({error.strerror or error}); nothing was changed") from None
+        failed = writing or error.filename
+        raise ToolError(f"{failed}: cannot write ({error.strerror or error}); nothing was changed") from None
 
 
 def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_failure) -> None:
-    """Write every ``(path, new, old)``; if one fails, put back the ones already written."""
-    done: list[tuple[str, bytes]] = []
+    """Write every ``(path, new, old)``: all staged beside their files first (a failure there changes none),
+    then each renamed into place; if a rename fails, put back the ones already renamed."""
     try:
-        for path, new, old in writes:
-            write_atomically(package_dir / path, new)
-            drop_bytecode(package_dir / path)
-            done.append((path, old))
+        staged = stage_all([(package_dir / path, new, None) for path, new, _ in writes])
+    except OSError as error:
+        on_failure()
+        raise ToolError(f"{error.filename}: cannot write ({error.strerror or error}); nothing was changed") from None
+    done: list[tuple[str, bytes]] = []
+
+    def written(staged: Staged) -> None:
+        path, _, old = writes[len(done)]
+        drop_bytecode(staged.path)
+        done.append((path, old))
+
+    try:
+        commit_all(staged, after_each=written)
     except OSError as error:
         for path, old in reversed(done):
             write_atomically(package_dir / path, old)
             drop_bytecode(package_dir / path)
         on_failure()
-        failed = package_dir / writes[len(done)][0]
+        failed = error.filename
         raise ToolError(f"{failed}: cannot write ({error.strerror or error}); every file was rolled back") from None
 
 

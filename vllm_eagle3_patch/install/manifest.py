@@ -15,10 +15,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from ..errors import ToolError
-from .fileio import compiled_files, left_temporaries, make_directories, sweep_temporaries, write_atomically
+from .fileio import (
+    commit_all,
+    compiled_files,
+    left_temporaries,
+    make_directories,
+    stage_all,
+    sweep_temporaries,
+    write_atomically,
+)
 from .journal import UNKNOWN, Interruption, Journal, journal_directories
 from .lock import held
 
@@ -167,8 +175,13 @@ class StateDir:
             raise ToolError(f"{path}: backup of {relative} no longer matches the manifest; not using it")
         return data
 
-    def save_backup(self, relative: str, data: bytes) -> None:
-        self._write(self.backup_path(relative), data)
+    def save_backups(self, backups: Sequence[tuple[str, bytes]]) -> None:
+        """Each ``(relative, original)`` as its backup, written together (``fileio.stage_all``); an error names
+        the backup it could not write."""
+        like = self.package_dir / "__init__.py"
+        for relative, _ in backups:
+            make_directories(self.backup_path(relative).parent, like=self.package_dir)
+        commit_all(stage_all([(self.backup_path(relative), data, like) for relative, data in backups]))
 
     def bytecode_dir(self, relative: str) -> Path:
         """Where the installer's bytecode of the file lives while it is patched (``apply`` drops it

@@ -60,6 +60,7 @@ from vllm_eagle3_patch.patches.decoder_loop import (
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, RELAYED, OverRanks
 from vllm_eagle3_patch.patches.shared_embedding import share_the_embedding
+from vllm_eagle3_patch.python_layout import Layouts
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
@@ -394,6 +395,7 @@ class DecoderPatch(SingleFilePatch):
             native=lambda module: native_reason(module, self.families),
             reads=read.reads,
             classes=read.looks_at,
+            layouts=release.layouts,
         )
 
 
@@ -451,7 +453,7 @@ def file_codemod(families: tuple[Family, ...], *, source: str, release: Release,
                 aux_layers=options.aux_layers,
                 getter=interface.getter,
                 with_model=with_model,
-                layers_add_the_residual=_layers_ignore_residual(source, family.model),
+                layers_add_the_residual=_layers_ignore_residual(source, family.model, release.layouts),
                 relay_key=interface.relay_key,
                 inherits_relay=(
                     interface.relay_key is not None
@@ -464,9 +466,9 @@ def file_codemod(families: tuple[Family, ...], *, source: str, release: Release,
     )
 
 
-def _layers_ignore_residual(source: str, model: str) -> bool:
+def _layers_ignore_residual(source: str, model: str, layouts: Layouts) -> bool:
     try:
-        return layers_ignoring_the_residual(source, model)
+        return layers_ignoring_the_residual(source, model, layouts)
     except SyntaxError:
         return False
 

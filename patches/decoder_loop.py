@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
     assigned,
@@ -25,10 +25,10 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     names_in,
     sole_statement,
 )
-from vllm_eagle3_patch.codemod.outline import python_tree
 from vllm_eagle3_patch.codemod.patch import Unrecognised
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
+from vllm_eagle3_patch.python_layout import ClassSpan, Layouts, class_tree, python_tree, source_lines
 
 
 @dataclass(frozen=True)
@@ -221,21 +221,36 @@ def _handed_on(loop: Loop, line: cst.SimpleStatementLine, output: str, model: st
     )
 
 
-def layers_ignoring_the_residual(source: str, model: str) -> bool:
+def layers_ignoring_the_residual(source: str, model: str, layouts: Layouts) -> bool:
     """Whether the layer classes ``model``'s ``__init__`` builds (classes of the file) take a ``residual``
     and never read it: their ``forward`` assigns it before any use (``residual = hidden_states`` first).
-    Read with :mod:`ast` from the whole source, whose layer bodies the codemod's outline sets aside."""
-    tree = python_tree(source)
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    init = _ast_method(classes.get(model), "__init__")
+    Read with :mod:`ast`, class by class (the file's layout says where each lies), since the codemod's outline
+    sets the layer bodies aside."""
+    classes = _classes(source, layouts)
+    init = _ast_method(classes(model), "__init__")
     built = (
         {n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
         if init
         else set()
     )
-    forwards = [_ast_method(classes[name], "forward") for name in built if name in classes and name != model]
+    forwards = [_ast_method(classes(name), "forward") for name in built if name != model]
     takers = [f for f in forwards if f is not None and "residual" in {a.arg for a in f.args.args}]
     return bool(takers) and all(_assigns_before_reading(f, "residual") for f in takers)
+
+
+def _classes(source: str, layouts: Layouts) -> Callable[[str], Optional[ast.ClassDef]]:
+    """The module-level class of a name (the last of that name, as Python binds it), parsed alone where the
+    layout has it; a source with lone ``\\r`` line ends, which the layout's lines do not number, whole."""
+    layout = layouts.of(source)
+    if layout is None:
+        raise SyntaxError("the standard library cannot parse this file")
+    if "\r" in source.replace("\r\n", ""):
+        tree = python_tree(source)
+        whole = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        return whole.get
+    spans = {span.name: span for span in layout if isinstance(span, ClassSpan)}
+    lines = source_lines(source)
+    return lambda name: class_tree(lines, spans[name]) if name in spans else None
 
 
 def _ast_method(cls: Optional[ast.ClassDef], name: str) -> Optional[ast.FunctionDef]:

@@ -115,6 +115,7 @@ class FoundWrappersPatch(SingleFilePatch):
             reads=lambda function: False,  # the methods are handed on by what discovery found, not by __init__
             classes=lambda name: name in classes or name in shown,  # a multimodal file's towers, set aside
             sees=lambda function: function.cls in classes and function.name in GETTERS,  # the native check's
+            layouts=release.layouts,
         )
 
 

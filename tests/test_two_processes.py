@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from typing import Callable
 
 import pytest
 
@@ -13,8 +15,23 @@ from vllm_eagle3_patch.errors import ToolError
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
 
-def job(index: int):
-    return lambda: Verdict(State.UNSUPPORTED, f"file {index} judged by {os.getpid()}")
+SLOW = 0.02
+"""Seconds a test job takes: long enough that the child, forked while the parent starts, takes some."""
+
+
+def job(index: int, seconds: float = SLOW):
+    def judged() -> Verdict:
+        time.sleep(seconds)
+        return Verdict(State.UNSUPPORTED, f"file {index} judged by {os.getpid()}")
+
+    return judged
+
+
+def only_in_the_child(failure: Callable[[], Verdict], index: int) -> Callable[[], Verdict]:
+    """A job that fails where the child runs it (and passes here): the child takes some jobs of every test."""
+    parent = os.getpid()
+    passing = job(index)
+    return lambda: passing() if os.getpid() == parent else failure()
 
 
 @pytest.mark.parametrize("count", [FEW - 1, FEW, FEW + 1, 3 * FEW])
@@ -24,21 +41,29 @@ def test_every_verdict_comes_back_in_order(count):
     assert all(v.state is State.UNSUPPORTED and v.patched is None for v in verdicts)
     judges = {v.reason.rsplit(" ", 1)[1] for v in verdicts}
     assert str(os.getpid()) in judges
-    assert len(judges) == (1 if count < FEW else 2)  # from FEW files on, the odd ones in a child
+    assert len(judges) == (1 if count < FEW else 2)  # from FEW files on, a child takes some
+
+
+def test_the_two_take_jobs_as_they_are_free_heaviest_first():
+    """One job costs twice all the others together: whoever takes it (the heaviest, first) takes no other, the
+    other process takes them all, and every job runs once.  Split by count or taken in order, the heavy job
+    would share a process with light ones."""
+    weights = [1.0] * (2 * FEW) + [4 * FEW]
+    seconds = [SLOW] * (2 * FEW) + [4 * FEW * SLOW]
+    verdicts = judge_all([job(i, s) for i, s in enumerate(seconds)], weights)
+    heavy = verdicts[-1].reason.rsplit(" ", 1)[1]
+    assert [v.reason.split(" judged")[0] for v in verdicts] == [f"file {i}" for i in range(len(seconds))]
+    assert all(v.reason.rsplit(" ", 1)[1] != heavy for v in verdicts[:-1])
 
 
 def test_a_tool_error_in_the_child_is_the_same_error_here():
-    def refuse():
+    def refuse() -> Verdict:
         raise ToolError("model_executor/models/x.py: expected a decoder loop")
 
-    jobs = [job(i) for i in range(FEW)]
-    jobs[1] = refuse  # an odd one: the child's
     with pytest.raises(ToolError, match="expected a decoder loop"):
-        judge_all(jobs)
+        judge_all([only_in_the_child(refuse, i) for i in range(FEW)])
 
 
 def test_a_bug_in_the_child_is_raised_here():
-    jobs = [job(i) for i in range(FEW)]
-    jobs[3] = lambda: 1 / 0
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
-        judge_all(jobs)
+        judge_all([only_in_the_child(lambda: 1 / 0, i) for i in range(FEW)])  # type: ignore[arg-type, return-value]

@@ -135,7 +135,7 @@ def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
     serves, keyed by (file, causal LM), in the registry's order; then for every multimodal one, the wrapper
     that hands EAGLE-3 on to its language model (``multimodal.py``), or a family of its own where it holds a
     decoder of its own file as a causal LM does (Molmo's ``self.model = MolmoModel(...)``)."""
-    chains = ChainReader(release.read)
+    chains = ChainReader(release.read, release.layouts)
     registries = (release.text_generation_models, release.multimodal_models)
     chains.read_chains_ahead(
         ((registry_module(module), cls) for models in registries for module, cls in models.values()), on_two_processes
@@ -321,7 +321,7 @@ def serving(
     """The names of the ``families`` that serve ``architectures`` (``apply --only``): those whose causal
     LM is on the registered class's chain; and of the multimodal wrappers found by rule that serve them, with
     their language models' families.  An unknown name is refused."""
-    chains = ChainReader(release.read)
+    chains = ChainReader(release.read, release.layouts)
     names = set()
     for architecture in architectures:
         if architecture not in release.registry:

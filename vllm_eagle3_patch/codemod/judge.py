@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Protocol
 
 from ..eagle3.release import GETTERS
+from ..python_layout import Layouts
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
 from .outline import Keep, KeepClass, Sees, outline
 from .patch import State, Unrecognised, Verdict
@@ -34,6 +35,7 @@ def judge(
     reads: Keep = lambda function: True,
     classes: Optional[KeepClass] = None,
     sees: Optional[Sees] = None,
+    layouts: Optional[Layouts] = None,
 ) -> Verdict:
     """Run ``make_codemod``'s codemod on ``source`` and say what the file is.
 
@@ -43,11 +45,11 @@ def judge(
     ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
     others are set aside unparsed (see :mod:`~vllm_eagle3_patch.codemod.outline`), and so are the module-level
     classes ``classes`` rejects (None: every class is looked at) and the functions ``sees`` rejects,
-    signature and all (None: every function's is).
+    signature and all (None: every function's is).  ``layouts``: the release's, which may know the file already.
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
-    parsed = outline(source, reads, classes, sees)
+    parsed = outline(source, reads, classes, sees, (layouts or Layouts()).of(source))
     try:
         module = parse(parsed.text)
         why_native = native(module)

@@ -10,16 +10,12 @@ bodies goes through LibCST as before, so the result is the same, byte for byte.
 
 from __future__ import annotations
 
-import ast
-import functools
 import re
 import secrets
-import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Optional, Union
+from typing import Callable, Iterator, NamedTuple, Optional
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\n)|[^\r\n]+$")
-FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+from ..python_layout import ClassSpan, FunctionSpan, Layout, Layouts, source_lines
 
 
 class Function(NamedTuple):
@@ -65,20 +61,18 @@ class Outline:
         return body
 
 
-@functools.lru_cache(maxsize=2)
-def python_tree(source: str) -> ast.Module:
-    """The standard library's tree of ``source``, kept for the file being judged: the outline and the
-    codemod's own look at the layer classes share one parse.  Never to be changed in place."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # invalid escapes etc. are vLLM's business, not ours
-        return ast.parse(source)
-
-
-def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None, sees: Optional[Sees] = None) -> Outline:
+def outline(
+    source: str,
+    keep: Keep,
+    keep_class: Optional[KeepClass] = None,
+    sees: Optional[Sees] = None,
+    layout: Optional[Layout] = None,
+) -> Outline:
     """``source`` with the body of every function that ``keep`` rejects set aside, every function that ``sees``
     rejects set aside whole (decorators and signature too: a wrapper's codemod only asks whether a class has a
     getter), and every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
-    the codemod never reads).
+    the codemod never reads).  ``layout``: where its functions and classes lie, where the caller has it
+    (``python_layout.Layouts``); else the source is parsed here.
 
     Sources the standard library cannot parse (newer syntax, errors, lone ``\\r`` line
     ends) are returned whole: LibCST then parses them whole, and says what is wrong.
@@ -86,16 +80,16 @@ def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None, see
     whole = Outline(source, (), "")
     if "\r" in source.replace("\r\n", ""):
         return whole
-    try:
-        tree = python_tree(source)
-    except (SyntaxError, ValueError):
-        return whole
-    lines = _LINE.findall(source)
+    if layout is None:
+        layout = Layouts().of(source)
+        if layout is None:
+            return whole
+    lines = source_lines(source)
     nonce = secrets.token_hex(8)
     bodies: list[str] = []
     parts: list[str] = []
     done = 0  # lines[:done] are in parts
-    for first, last in _set_aside(tree, lines, keep, keep_class, sees):
+    for first, last in _set_aside(layout, lines, keep, keep_class, sees):
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]
         newline = body[len(body.rstrip("\r\n")) :]
@@ -108,51 +102,34 @@ def outline(source: str, keep: Keep, keep_class: Optional[KeepClass] = None, see
 
 
 def _set_aside(
-    tree: ast.Module, lines: list[str], keep: Keep, keep_class: Optional[KeepClass], sees: Optional[Sees]
+    layout: Layout, lines: list[str], keep: Keep, keep_class: Optional[KeepClass], sees: Optional[Sees]
 ) -> Iterator[tuple[int, int]]:
     """``(first, last)`` lines of each piece to set aside, in source order: whole classes ``keep_class``
     rejects and whole functions ``sees`` rejects (decorators included), and the bodies of the functions
     ``keep`` rejects."""
-    for cls, node in _functions(tree, keep_class):
-        last = node.end_lineno or node.lineno
-        if isinstance(node, ast.ClassDef):
-            yield _first_line(node), last
-            continue
-        function = Function(cls, node.name, "".join(lines[node.lineno - 1 : last]))
-        if sees is not None and _on_own_lines(node, lines) and not sees(function):
-            yield _first_line(node), last
-        elif _body_on_own_lines(node, lines) and not keep(function):
-            yield node.body[0].lineno, last
-
-
-def _functions(
-    tree: ast.Module, keep_class: Optional[KeepClass] = None
-) -> Iterator[tuple[Optional[str], Union[FunctionNode, ast.ClassDef]]]:
-    """Module-level functions and the methods of module-level classes, in source order; a class that
-    ``keep_class`` rejects comes whole instead of its methods."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield None, node
-        elif isinstance(node, ast.ClassDef):
-            if keep_class is not None and not keep_class(node.name):
-                yield None, node
+    for span in layout:
+        if isinstance(span, ClassSpan):
+            if keep_class is not None and not keep_class(span.name):
+                yield span.first, span.last
                 continue
-            for child in node.body:
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield node.name, child
+            functions: tuple[FunctionSpan, ...] = span.methods
+        else:
+            functions = (span,)
+        for function in functions:
+            seen = Function(function.cls, function.name, "".join(lines[function.line - 1 : function.last]))
+            if sees is not None and _on_own_lines(function, lines) and not sees(seen):
+                yield function.first, function.last
+            elif _body_on_own_lines(function, lines) and not keep(seen):
+                yield function.body[0], function.last
 
 
-def _first_line(node: Union[FunctionNode, ast.ClassDef]) -> int:
-    """The first line of a class or function, its decorators included."""
-    return min((d.lineno for d in node.decorator_list), default=node.lineno)
-
-
-def _on_own_lines(node: FunctionNode, lines: list[str]) -> bool:
+def _on_own_lines(function: FunctionSpan, lines: list[str]) -> bool:
     """Whether the function, decorators included, starts a line of its own (not ``class A: def f(): ...``)."""
-    return all(lines[n.lineno - 1][: n.col_offset].strip() in ("", "@") for n in (*node.decorator_list, node))
+    starts = (*function.decorators, (function.line, function.column))
+    return all(lines[line - 1][:column].strip() in ("", "@") for line, column in starts)
 
 
-def _body_on_own_lines(node: FunctionNode, lines: list[str]) -> bool:
+def _body_on_own_lines(function: FunctionSpan, lines: list[str]) -> bool:
     """Whether the body starts on a line of its own (not ``def f(): return 1``)."""
-    first = node.body[0]
-    return first.lineno > node.lineno and lines[first.lineno - 1][: first.col_offset].strip() == ""
+    line, column = function.body
+    return line > function.line and lines[line - 1][:column].strip() == ""

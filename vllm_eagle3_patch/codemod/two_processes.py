@@ -1,18 +1,21 @@
-"""Run many independent jobs on two processes: ``apply`` and ``diff`` write out some 70 patched model
-files, and finding the families by rule parses some 120.
+"""Run many independent jobs on two processes: ``apply`` and ``diff`` write out some 120 patched model
+files, and finding the families by rule parses some 230.
 
 Parsing, transforming and writing out a file is pure Python, one file at a time; a forked child takes
-part of the jobs, so two CPUs halve the wait.  The shares are balanced by each job's weight (a file's
-size): the heaviest first, each to the side with less so far.  The child inherits everything the parent
-has loaded (the release, the codemods, the sources already read), and hands back only the jobs'
-results, pickled.  Where there is no ``fork`` (Windows), or few jobs, they run here, one after the other.
+part of the jobs, so two CPUs halve the wait.  The two take the jobs from one queue, the heaviest first (by
+``weights``: a file's size), each the next one as soon as it is free: what a job costs is known only once it
+has run (a file the release has laid out already costs less than its size says), so no split made ahead
+balances as well.  The queue is a pipe filled before the fork with each job's index; a read of one index
+from it is atomic, so no job runs twice.  The child inherits everything the parent has loaded (the release,
+the codemods, the sources already read), and hands back only its jobs' results, pickled.  Where there is no
+``fork`` (Windows), or few jobs, they run here, one after the other.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 from ..errors import ToolError
 from .patch import State, Verdict
@@ -20,6 +23,10 @@ from .patch import State, Verdict
 T = TypeVar("T")
 FEW = 8
 """Below this many jobs a fork costs more than it saves."""
+MANY = 4000
+"""Above this many the queue might not fit in a pipe's buffer (16 KiB on some systems): they run here."""
+_INDEX = 4
+"""Bytes per job index in the queue."""
 
 
 def judge_all(jobs: Sequence[Callable[[], Verdict]], weights: Optional[Sequence[float]] = None) -> list[Verdict]:
@@ -31,45 +38,44 @@ def judge_all(jobs: Sequence[Callable[[], Verdict]], weights: Optional[Sequence[
 
 def on_two_processes(jobs: Sequence[Callable[[], T]], weights: Optional[Sequence[float]] = None) -> list[T]:
     """``job()`` for every job, in order; a share of them in a forked child (results must pickle)."""
-    if len(jobs) < FEW or not hasattr(os, "fork"):
+    if not FEW <= len(jobs) <= MANY or not hasattr(os, "fork"):
         return [job() for job in jobs]
-    theirs_at = set(_child_share(weights or [1.0] * len(jobs)))
-    mine_at = [i for i in range(len(jobs)) if i not in theirs_at]
+    order = sorted(range(len(jobs)), key=lambda i: -weights[i]) if weights else range(len(jobs))
+    queue, filling = os.pipe()
+    os.write(filling, b"".join(index.to_bytes(_INDEX, "little") for index in order))
+    os.close(filling)
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child's coverage is its parent's results
         os.close(read_end)
-        _run_child([jobs[i] for i in sorted(theirs_at)], write_end)
+        _run_child(jobs, queue, write_end)
     os.close(write_end)
     try:
-        mine = [jobs[i]() for i in mine_at]
+        mine = {index: jobs[index]() for index in _taken(queue)}
     finally:
+        os.close(queue)
         with os.fdopen(read_end, "rb") as pipe:
             answer = pipe.read()
         _, status = os.waitpid(child, 0)
-    results = dict(zip(mine_at, mine))
-    results.update(zip(sorted(theirs_at), _decoded(answer, status)))
-    return [results[i] for i in range(len(jobs))]
+    results = {**mine, **_decoded(answer, status)}
+    return [results[index] for index in range(len(jobs))]
 
 
-def _child_share(weights: Sequence[float]) -> list[int]:
-    """The jobs the child takes: greedily, the heaviest first, each to the lighter side (the parent's on a tie)."""
-    parent = child = 0.0
-    taken = []
-    for index in sorted(range(len(weights)), key=lambda i: -weights[i]):
-        if child < parent:
-            child += weights[index]
-            taken.append(index)
-        else:
-            parent += weights[index]
-    return taken
+def _taken(queue: int) -> Iterator[int]:
+    """The index of the next job nobody has taken, until none is left."""
+    while True:
+        index = os.read(queue, _INDEX)
+        if not index:
+            return
+        yield int.from_bytes(index, "little")
 
 
-def _run_child(jobs: Sequence[Callable[[], object]], write_end: int) -> None:
-    """Run ``jobs`` and send their results, or the error, down the pipe; never return."""
+def _run_child(jobs: Sequence[Callable[[], object]], queue: int, write_end: int) -> None:
+    """Take jobs from ``queue`` until it is empty, and send their results by index, or the error, down the
+    pipe; never return."""
     code = 0
     try:
-        answer: tuple = ("results", [job() for job in jobs])
+        answer: tuple = ("results", {index: jobs[index]() for index in _taken(queue)})
     except ToolError as error:
         answer, code = ("tool_error", str(error)), 1
     except BaseException as error:  # noqa: BLE001 - the parent raises it again
@@ -83,7 +89,7 @@ def _encoded(verdict: Verdict) -> tuple[str, str, Optional[str]]:
     return verdict.state.value, verdict.reason, verdict.patched
 
 
-def _decoded(answer: bytes, status: int) -> list:
+def _decoded(answer: bytes, status: int) -> dict:
     try:
         kind, data = pickle.loads(answer)
     except Exception:  # noqa: BLE001 - a child that died mid-write

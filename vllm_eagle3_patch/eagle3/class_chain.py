@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+from ..python_layout import Layout, Layouts, layout_of, python_tree
 from .loop_shapes import may_be_a_decoder_loop
 from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 from .release import MODELS_MODULE as MODELS
@@ -76,8 +77,10 @@ class Chain:
 class ChainReader:
     """Reads model files once each (through the release's reader) and resolves chains."""
 
-    def __init__(self, read: ReadFile) -> None:
+    def __init__(self, read: ReadFile, layouts: Optional[Layouts] = None) -> None:
         self._read = read
+        self._layouts = layouts or Layouts()
+        """Each file's layout, kept as it is parsed: the judge lays out many of the same files."""
         self._parsed: dict[str, Optional[_Module]] = {}
         self._unread: Optional[set[str]] = None
         """While the chains' files are read ahead: the modules a chain asked for that are not parsed yet."""
@@ -145,7 +148,11 @@ class ChainReader:
         wanted = [module for module in dict.fromkeys(modules) if module not in self._parsed]
         sources = [self._source(module) for module in wanted]
         jobs = [lambda module=module, found=found: _parse(module, *found) for module, found in zip(wanted, sources)]
-        self._parsed.update(zip(wanted, run_all(jobs, [len(source or "") for source, _ in sources])))
+        parsed = run_all(jobs, [len(source or "") for source, _ in sources])
+        self._parsed.update(zip(wanted, parsed))
+        for (source, _), module in zip(sources, parsed):
+            if source is not None:
+                self._layouts.remember(source, module.layout if module is not None else None)
 
     def read_chains_ahead(self, classes: Iterable[tuple[str, str]], run_all: RunAll) -> None:
         """Parse the files of the chains of ``classes`` (``(module, name)`` pairs) now, round by round on
@@ -196,14 +203,15 @@ class _Module:
     classes: dict[str, ClassInfo]
     imports: dict[str, tuple[str, str]]
     """A name bound by ``from .x import Y [as Z]`` -> (``x``, ``Y``)."""
+    layout: Layout
 
 
 def _parse(module: str, source: Optional[str], is_package: bool = False) -> Optional[_Module]:
     if source is None:
         return None
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        tree = python_tree(source)
+    except (SyntaxError, ValueError):
         return None
     lines = source.splitlines()
     collecting = _mentions_collecting(source)
@@ -236,7 +244,7 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
             if source_module is not None:
                 for alias in node.names:
                     imports[alias.asname or alias.name] = (source_module, alias.name)
-    return _Module(classes, imports)
+    return _Module(classes, imports, layout_of(tree))
 
 
 _BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")

@@ -20,6 +20,8 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..python_layout import Layouts
+
 ReadFile = Callable[[str], Optional[str]]
 """Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
 
@@ -122,15 +124,18 @@ class Release:
 
     Every fact is read on first use and kept: ``status`` never reads the registry, ``doctor``
     never the gate.  :meth:`reading_through` gives a view whose reads go through another
-    function (the verdict cache records what a verdict read), sharing nothing it has computed.
+    function (the verdict cache records what a verdict read), sharing nothing it has computed
+    but :attr:`layouts`, each a fact of a source text alone.
     """
 
-    def __init__(self, package_dir: Path, read: Optional[ReadFile] = None) -> None:
+    def __init__(self, package_dir: Path, read: Optional[ReadFile] = None, layouts: Optional[Layouts] = None) -> None:
         self.package_dir = package_dir
         self.read: ReadFile = read or file_reader(package_dir)
+        self.layouts = layouts or Layouts()
+        """Where the functions and classes of each file read lie: found once, by whoever parses the file first."""
 
     def reading_through(self, read: ReadFile) -> Release:
-        return Release(self.package_dir, read)
+        return Release(self.package_dir, read, self.layouts)
 
     def exists(self, relative: str) -> bool:
         return (self.package_dir / relative).is_file()

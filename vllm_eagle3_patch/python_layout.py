@@ -1,0 +1,107 @@
+"""Where each module-level function and class of a Python file lies, and each method of those classes.
+
+The outline (``codemod/outline.py``) sets aside the bodies a codemod does not read, and the decoder codemod reads
+a class or two with the standard library's parser: both need these lines, not the file's tree.  Finding the
+families by rule (``eagle3/class_chain.py``) parses every model file anyway, so it keeps each file's layout in
+the release's :class:`Layouts`, and judging the file (in the same process or a fork) does not parse it again.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from typing import NamedTuple, Optional, Union
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\n)|[^\r\n]+$")
+
+
+class FunctionSpan(NamedTuple):
+    """A module-level function or a method of a module-level class (tuples: a layout crosses processes)."""
+
+    cls: Optional[str]
+    name: str
+    line: int
+    """The ``def`` line; decorators come before it."""
+    column: int
+    last: int
+    decorators: tuple[tuple[int, int], ...]
+    """``(line, column)`` of each decorator expression."""
+    body: tuple[int, int]
+    """``(line, column)`` of the first statement of the body."""
+
+    @property
+    def first(self) -> int:
+        """The first line, decorators included."""
+        return min((line for line, _ in self.decorators), default=self.line)
+
+
+class ClassSpan(NamedTuple):
+    name: str
+    first: int
+    """The first line, decorators included."""
+    last: int
+    methods: tuple[FunctionSpan, ...]
+
+
+Layout = tuple[Union[FunctionSpan, ClassSpan], ...]
+"""A file's module-level functions and classes, in source order."""
+
+
+def python_tree(source: str) -> ast.Module:
+    """The standard library's tree of ``source``; raises ``SyntaxError`` or ``ValueError`` where it has none."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # invalid escapes etc. are vLLM's business, not ours
+        return ast.parse(source)
+
+
+def source_lines(source: str) -> list[str]:
+    """``source``'s lines, each with its line end, numbered as the layout numbers them (from 1) where ``source``
+    has no lone ``\\r``: the standard library ends a line there too."""
+    return _LINE.findall(source)
+
+
+def class_tree(lines: list[str], span: ClassSpan) -> ast.ClassDef:
+    """The standard library's tree of one module-level class, parsed alone: a file's other classes unread."""
+    return python_tree("".join(lines[span.first - 1 : span.last])).body[0]  # type: ignore[return-value]
+
+
+def layout_of(tree: ast.Module) -> Layout:
+    spans: list[Union[FunctionSpan, ClassSpan]] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            spans.append(_function(None, node))
+        elif isinstance(node, ast.ClassDef):
+            methods = tuple(
+                _function(node.name, child)
+                for child in node.body
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            )
+            first = min((d.lineno for d in node.decorator_list), default=node.lineno)
+            spans.append(ClassSpan(node.name, first, node.end_lineno or node.lineno, methods))
+    return tuple(spans)
+
+
+def _function(cls: Optional[str], node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> FunctionSpan:
+    decorators = tuple((d.lineno, d.col_offset) for d in node.decorator_list)
+    body = (node.body[0].lineno, node.body[0].col_offset)
+    return FunctionSpan(cls, node.name, node.lineno, node.col_offset, node.end_lineno or node.lineno, decorators, body)
+
+
+class Layouts:
+    """Layouts by source text, kept for one command: a file read by discovery is laid out once."""
+
+    def __init__(self) -> None:
+        self._by_source: dict[str, Optional[Layout]] = {}
+
+    def of(self, source: str) -> Optional[Layout]:
+        """``source``'s layout; None where the standard library cannot parse it."""
+        if source not in self._by_source:
+            try:
+                self._by_source[source] = layout_of(python_tree(source))
+            except (SyntaxError, ValueError):
+                self._by_source[source] = None
+        return self._by_source[source]
+
+    def remember(self, source: str, layout: Optional[Layout]) -> None:
+        self._by_source[source] = layout

@@ -316,8 +316,8 @@ def _replace_all(package_dir: Path, writes: list[tuple[str, bytes, bytes]], on_f
 
     def written(staged: Staged) -> None:
         path, _, old = writes[len(done)]
+        done.append((path, old))  # in place: rolled back if anything after fails, its own bytecode drop included
         drop_bytecode(staged.path)
-        done.append((path, old))
 
     try:
         commit_all(staged, after_each=written)

@@ -86,16 +86,16 @@ def _staged(path: Path, data: bytes, like: Optional[Path]) -> Staged:
 
 def commit_all(staged: Sequence[Staged], after_each: Callable[[Staged], None] = lambda staged: None) -> None:
     """Rename each staged file into place, in order (``after_each`` once it is), then make the renames durable,
-    each directory once.  Where a rename fails, it and the files after it are discarded and the ``OSError`` names the
-    file: those before it are in place."""
+    each directory once.  Where a rename (or ``after_each``) fails, the files not yet renamed are discarded and the
+    ``OSError`` names the file: those before it are in place, and so is it where only ``after_each`` failed."""
     for at, written in enumerate(staged):
         try:
             written.commit()
+            after_each(written)
         except OSError as error:
             for left in staged[at:]:
                 left.discard()
             raise OSError(error.errno, error.strerror, str(written.path)) from None
-        after_each(written)
     for directory in dict.fromkeys(written.path.parent for written in staged):
         _fsync_directory(directory)
 

@@ -230,6 +230,30 @@ def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     assert tree_digest(package_dir.parent) == untouched
 
 
+def test_a_file_renamed_whose_bytecode_cannot_be_dropped_is_rolled_back_too(release, monkeypatch):
+    """The rename succeeded, removing the file's old bytecode failed: the file counts as written, and is put back
+    with every other."""
+    from vllm_eagle3_patch import changes
+    from vllm_eagle3_patch.codemod.patch import Options
+    from vllm_eagle3_patch.errors import ToolError
+    from vllm_eagle3_patch.install.locate import from_package_dir
+
+    package_dir = release("0.11.0")
+    untouched = tree_digest(package_dir.parent)
+    real_drop, failed = changes.drop_bytecode, []
+
+    def fail_once(source):
+        if not failed:
+            failed.append(source)
+            raise OSError(13, "Permission denied", str(source.parent / "__pycache__"))
+        real_drop(source)
+
+    monkeypatch.setattr(changes, "drop_bytecode", fail_once)
+    with pytest.raises(ToolError, match="cannot write .Permission denied.; every file was rolled back"):
+        changes.apply(from_package_dir(package_dir), Options())
+    assert len(failed) == 1 and tree_digest(package_dir.parent) == untouched
+
+
 def assert_getter_returns(package_dir: Path, ids: tuple[int, ...]) -> None:
     """Run the patched getters (model and, where there is one, the Kimi-K2.5 wrapper)."""
     from types import SimpleNamespace

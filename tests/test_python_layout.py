@@ -70,9 +70,11 @@ def test_a_layout_found_once_is_shared_and_an_unparsable_source_has_none():
     assert layouts.of("x = 1\n") == ()
 
 
-def test_the_outline_from_a_given_layout_is_the_outline_from_the_source():
+def test_the_outline_from_a_layout_known_already_is_the_outline_from_the_source():
     keep = lambda function: function.name == "forward" and function.cls == "Model"
-    given = outline(SOURCE, keep, layout=Layouts().of(SOURCE))
+    known = Layouts()
+    known.remember(SOURCE, layout_of(python_tree(SOURCE)))
+    given = outline(SOURCE, keep, layouts=known)
     found = outline(SOURCE, keep)
     assert given.text.replace(given.nonce, "") == found.text.replace(found.nonce, "") and given.bodies == found.bodies
     assert "residual = hidden_states" not in given.text and given.restore(given.text) == SOURCE

@@ -49,7 +49,7 @@ def judge(
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
-    parsed = outline(source, reads, classes, sees, (layouts or Layouts()).of(source))
+    parsed = outline(source, reads, classes, sees, layouts)
     try:
         module = parse(parsed.text)
         why_native = native(module)

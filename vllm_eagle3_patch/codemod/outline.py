@@ -66,13 +66,13 @@ def outline(
     keep: Keep,
     keep_class: Optional[KeepClass] = None,
     sees: Optional[Sees] = None,
-    layout: Optional[Layout] = None,
+    layouts: Optional[Layouts] = None,
 ) -> Outline:
     """``source`` with the body of every function that ``keep`` rejects set aside, every function that ``sees``
     rejects set aside whole (decorators and signature too: a wrapper's codemod only asks whether a class has a
     getter), and every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
-    the codemod never reads).  ``layout``: where its functions and classes lie, where the caller has it
-    (``python_layout.Layouts``); else the source is parsed here.
+    the codemod never reads).  ``layouts``: the release's, which may know where the file's functions and classes
+    lie already (else the source is parsed here).
 
     Sources the standard library cannot parse (newer syntax, errors, lone ``\\r`` line
     ends) are returned whole: LibCST then parses them whole, and says what is wrong.
@@ -80,10 +80,9 @@ def outline(
     whole = Outline(source, (), "")
     if "\r" in source.replace("\r\n", ""):
         return whole
+    layout = (layouts or Layouts()).of(source)
     if layout is None:
-        layout = Layouts().of(source)
-        if layout is None:
-            return whole
+        return whole
     lines = source_lines(source)
     nonce = secrets.token_hex(8)
     bodies: list[str] = []

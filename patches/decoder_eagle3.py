@@ -38,11 +38,11 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
-from vllm_eagle3_patch.codemod.outline import Function
+from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge, reads_the_interfaces_import
+from vllm_eagle3_patch.codemod.outline import Function, Statement
 from vllm_eagle3_patch.codemod.patch import Options, SingleFilePatch, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
-from vllm_eagle3_patch.eagle3.release import GETTER, MIXIN, PACKAGE, PROTOCOL, Release
+from vllm_eagle3_patch.eagle3.release import GETTER, GETTERS, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
 from vllm_eagle3_patch.patches.decoder_loop import (
     DecoderForward,
@@ -58,8 +58,8 @@ from vllm_eagle3_patch.patches.decoder_loop import (
     upstream_capture_statement,
 )
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
-from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, RELAYED, OverRanks
-from vllm_eagle3_patch.patches.shared_embedding import share_the_embedding
+from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, OVER_PP, RELAYED, OverRanks
+from vllm_eagle3_patch.patches.shared_embedding import SHARED_EMBEDDINGS, share_the_embedding
 from vllm_eagle3_patch.python_layout import Layouts
 
 AUX = "aux_hidden_states"
@@ -395,7 +395,9 @@ class DecoderPatch(SingleFilePatch):
             native=lambda module: native_reason(module, self.families),
             reads=read.reads,
             classes=read.looks_at,
+            sees=read.sees,
             layouts=release.layouts,
+            sees_statement=read.sees_statement,
         )
 
 
@@ -432,6 +434,18 @@ class FileReading:
 
     def looks_at(self, cls: str) -> bool:
         return self.nested or cls in self.models or cls in self.causal_lms
+
+    def sees(self, function: Function) -> bool:
+        """The methods whose presence the codemods ask (``has_method``/``method``); the others are set aside."""
+        return self.nested or function.name in SEEN_METHODS
+
+    def sees_statement(self, statement: Statement) -> bool:
+        """The interfaces import, and the class attribute saying a model carries aux states across ranks."""
+        return reads_the_interfaces_import(statement) or (statement.cls is not None and OVER_PP in statement.text)
+
+
+SEEN_METHODS = frozenset(("__init__", "forward", "model", *SHARED_EMBEDDINGS, *GETTERS))
+"""Every method name a codemod of a model file or its native check looks for."""
 
 
 def file_codemod(families: tuple[Family, ...], *, source: str, release: Release, options: Options) -> FileCodemod:

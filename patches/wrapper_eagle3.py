@@ -27,7 +27,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.family import FoundWrapper
-from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge
+from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge, reads_the_interfaces_import
 from vllm_eagle3_patch.codemod.patch import Options, Policy, SingleFilePatch, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GETTER, GETTERS, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import require_patchable
@@ -116,6 +116,7 @@ class FoundWrappersPatch(SingleFilePatch):
             classes=lambda name: name in classes or name in shown,  # a multimodal file's towers, set aside
             sees=lambda function: function.cls in classes and function.name in GETTERS,  # the native check's
             layouts=release.layouts,
+            sees_statement=reads_the_interfaces_import,  # no attribute, no other module statement
         )
 
 

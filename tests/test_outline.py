@@ -62,6 +62,7 @@ def round_trip(source: str, keep=NOTHING_KEPT) -> tuple[Outline, str]:
     return parsed, parsed.restore(cst.parse_module(parsed.text).code)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 @pytest.mark.parametrize("final_newline", [True, False])
 def test_bodies_set_aside_come_back_byte_for_byte(newline, final_newline):
@@ -75,6 +76,7 @@ def test_bodies_set_aside_come_back_byte_for_byte(newline, final_newline):
     assert "def one_liner(): return 1" in parsed.text and "return 2" in parsed.text
 
 
+@pytest.mark.unit
 def test_keep_sees_class_name_and_source_and_keeps_what_it_accepts():
     seen = []
 
@@ -91,6 +93,7 @@ def test_keep_sees_class_name_and_source_and_keeps_what_it_accepts():
     assert texts[0] == 'def helper(x):\n    """Doc."""\n    return x + 1\n'
 
 
+@pytest.mark.unit
 def test_functions_a_codemod_does_not_see_are_set_aside_whole_and_come_back_byte_for_byte():
     parsed = outline(SAMPLE, NOTHING_KEPT, sees=lambda function: function.name == "forward")
     code = cst.parse_module(parsed.text).code
@@ -106,6 +109,7 @@ def test_functions_a_codemod_does_not_see_are_set_aside_whole_and_come_back_byte
     ["def f(:\n    return 1\n", "def f():\r    return 1\r", "type Alias = int\ndef f():\n    return 1\n"],
     ids=["syntax-error", "lone-cr", "newer-syntax-than-this-python"],
 )
+@pytest.mark.unit
 def test_sources_the_standard_parser_cannot_read_are_left_whole(source):
     parsed = outline(source, NOTHING_KEPT)
     if parsed.bodies:  # this Python reads the newer syntax after all
@@ -113,6 +117,7 @@ def test_sources_the_standard_parser_cannot_read_are_left_whole(source):
     assert parsed.text == source and parsed.restore(source) == source
 
 
+@pytest.mark.unit
 def test_a_codemod_that_changes_a_set_aside_function_is_caught():
     parsed = outline(SAMPLE, NOTHING_KEPT)
     code = cst.parse_module(parsed.text).code
@@ -121,6 +126,7 @@ def test_a_codemod_that_changes_a_set_aside_function_is_caught():
         parsed.restore(code.replace(first_placeholder, "    return 0\n"))
 
 
+@pytest.mark.unit
 def test_a_body_that_would_come_back_at_another_indentation_is_caught():
     """The outline is what gets compiled: a body must land where it left, or the whole may not compile."""
     parsed = outline(SAMPLE, NOTHING_KEPT)
@@ -164,3 +170,82 @@ def assert_outline_changes_nothing(version, patches, monkeypatch) -> None:
         assert outlined.patched == parsed_whole.patched, f"{version} {path}: patched text differs"
         compared += outlined.state is State.UNPATCHED
     assert compared or version == "0.8.4"
+
+
+LEAN_SAMPLE = '''\
+"""A model file."""
+from __future__ import annotations
+
+import torch
+from torch import (
+    nn,
+)
+# between the imports
+from .interfaces import SupportsPP
+from .utils import maybe_prefix
+
+if TYPE_CHECKING:
+    import transformers
+
+logger = init_logger(__name__); LIMIT = 3
+
+
+class Model(nn.Module):
+    """The decoder."""
+
+    packed = {
+        "qkv": ["q", "k", "v"],
+    }
+
+    # a comment between an attribute and a method
+
+    def helper(self):
+        return 1
+
+    supports_aux_hidden_states_over_pp = False
+
+    @dataclass
+    class Inner:
+        x: int
+
+    def forward(self, x):
+        return x
+
+
+def unrelated():
+    return 2
+'''
+
+LEAN_STATEMENTS = lambda statement: "interfaces" in statement.text or "over_pp" in statement.text
+LEAN_SEES = lambda function: function.name == "forward"
+
+
+@pytest.mark.unit
+def test_imports_and_attributes_a_codemod_does_not_read_are_set_aside_and_neighbours_share_a_placeholder():
+    parsed = outline(LEAN_SAMPLE, NOTHING_KEPT, sees=LEAN_SEES, sees_statement=LEAN_STATEMENTS)
+    assert parsed.restore(cst.parse_module(parsed.text).code) == LEAN_SAMPLE
+    text = parsed.text
+    assert "import torch" not in text and "from torch import" not in text and "maybe_prefix" not in text
+    assert "from .interfaces import SupportsPP" in text  # seen: a codemod extends it
+    assert '"qkv"' not in text and "supports_aux_hidden_states_over_pp = False" in text
+    assert "def helper" not in text and "# a comment between" not in text  # one placeholder for three
+    kept = ('"""A model file."""', '"""The decoder."""', "if TYPE_CHECKING:", "class Inner:", "logger = init_logger")
+    assert all(line in text for line in kept)  # docstrings, compound and shared-line statements stay
+    assert "def unrelated" not in text and "def forward(self, x):" in text
+    module = cst.parse_module(text)
+    opening = [sole.body[0] for sole in module.body[:5] if isinstance(sole, cst.SimpleStatementLine)]
+    kinds = [type(statement).__name__ for statement in opening]
+    assert kinds == ["Expr", "Import", "ImportFrom", "Import", "If"][: len(kinds)] and len(parsed.bodies) == 5
+
+
+@pytest.mark.unit
+def test_a_new_import_lands_after_the_imports_set_aside_as_after_the_imports_themselves():
+    """``add_import`` puts a new line after the last import: a placeholder for imports is an import."""
+    from vllm_eagle3_patch.codemod.cst_tools import add_import
+
+    source = LEAN_SAMPLE.replace("from .interfaces import SupportsPP\n", "")
+    parsed = outline(source, NOTHING_KEPT, sees=LEAN_SEES, sees_statement=LEAN_STATEMENTS)
+    added = add_import(cst.parse_module(parsed.text), "pkg.interfaces", "SupportsEagle3", "pkg")
+    whole = add_import(cst.parse_module(source), "pkg.interfaces", "SupportsEagle3", "pkg")
+    assert parsed.restore(added.code) == whole.code
+    assert "maybe_prefix\nfrom pkg.interfaces import SupportsEagle3" in whole.code

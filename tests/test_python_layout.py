@@ -10,7 +10,15 @@ import pytest
 
 from vllm_eagle3_patch.codemod.outline import outline
 from vllm_eagle3_patch.patches.decoder_loop import layers_ignoring_the_residual
-from vllm_eagle3_patch.python_layout import ClassSpan, FunctionSpan, Layouts, class_tree, layout_of, python_tree
+from vllm_eagle3_patch.python_layout import (
+    ClassSpan,
+    FunctionSpan,
+    Layouts,
+    StatementSpan,
+    class_tree,
+    layout_of,
+    python_tree,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +53,8 @@ class Model(nn.Module):
 
 def test_the_layout_says_where_each_function_class_and_method_lies():
     layout = layout_of(python_tree(SOURCE))
-    helper, layer, model = layout
+    imported, helper, layer, model = layout
+    assert imported == StatementSpan(1, 0, 1, "import")
     assert helper == FunctionSpan(None, "helper", 7, 0, 7, ((4, 1),), (7, 15)) and helper.first == 4
     assert isinstance(layer, ClassSpan) and (layer.name, layer.first, layer.last) == ("Layer", 10, 15)
     assert [(m.cls, m.name, m.first, m.line, m.last) for m in model.methods] == [
@@ -57,7 +66,7 @@ def test_the_layout_says_where_each_function_class_and_method_lies():
 def test_a_class_is_parsed_alone_from_its_lines():
     layout = Layouts().of(SOURCE)
     assert layout is not None
-    model = class_tree(SOURCE.splitlines(keepends=True), layout[2])  # type: ignore[arg-type]
+    model = class_tree(SOURCE.splitlines(keepends=True), layout[3])  # type: ignore[arg-type]
     assert model.name == "Model" and [f.name for f in model.body] == ["__init__", "forward"]  # type: ignore[attr-defined]
 
 

@@ -1,4 +1,4 @@
-"""Where each module-level function and class of a Python file lies, and each method of those classes.
+"""Where each module-level statement of a Python file lies, and each statement of its classes' bodies.
 
 The outline (``codemod/outline.py``) sets aside the bodies a codemod does not read, and the decoder codemod reads
 a class or two with the standard library's parser: both need these lines, not the file's tree.  Finding the
@@ -36,16 +36,35 @@ class FunctionSpan(NamedTuple):
         return min((line for line, _ in self.decorators), default=self.line)
 
 
+class StatementSpan(NamedTuple):
+    """Any other statement of the module or of a class body: an import, an assignment, a docstring..."""
+
+    first: int
+    """The first line, decorators included (a class in a class)."""
+    column: int
+    """Where it starts on that line (a decorator's expression, just after its ``@``)."""
+    last: int
+    kind: str
+    """``import`` (``import``/``from ... import``), ``docstring`` (a string first in its body), ``compound`` (``if``,
+    ``try``, a class in a class...) or ``other``."""
+
+
 class ClassSpan(NamedTuple):
     name: str
     first: int
     """The first line, decorators included."""
     last: int
-    methods: tuple[FunctionSpan, ...]
+    body: tuple[Union[FunctionSpan, StatementSpan], ...]
+    """Its methods and other statements, in source order."""
+
+    @property
+    def methods(self) -> tuple[FunctionSpan, ...]:
+        return tuple(span for span in self.body if isinstance(span, FunctionSpan))
 
 
-Layout = tuple[Union[FunctionSpan, ClassSpan], ...]
-"""A file's module-level functions and classes, in source order."""
+Span = Union[FunctionSpan, ClassSpan, StatementSpan]
+Layout = tuple[Span, ...]
+"""A file's module-level statements, in source order."""
 
 
 def python_tree(source: str) -> ast.Module:
@@ -67,19 +86,30 @@ def class_tree(lines: list[str], span: ClassSpan) -> ast.ClassDef:
 
 
 def layout_of(tree: ast.Module) -> Layout:
-    spans: list[Union[FunctionSpan, ClassSpan]] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            spans.append(_function(None, node))
-        elif isinstance(node, ast.ClassDef):
-            methods = tuple(
-                _function(node.name, child)
-                for child in node.body
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
-            )
+    spans: list[Span] = []
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.ClassDef):
+            body = tuple(_span(node.name, i, child) for i, child in enumerate(node.body))
             first = min((d.lineno for d in node.decorator_list), default=node.lineno)
-            spans.append(ClassSpan(node.name, first, node.end_lineno or node.lineno, methods))
+            spans.append(ClassSpan(node.name, first, node.end_lineno or node.lineno, body))  # type: ignore[arg-type]
+        else:
+            spans.append(_span(None, index, node))  # type: ignore[arg-type]
     return tuple(spans)
+
+
+def _span(cls: Optional[str], index: int, node: ast.stmt) -> Union[FunctionSpan, StatementSpan]:
+    """A function's span, or any other statement's (a class in a class is one of those: never read)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return _function(cls, node)
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        kind = "import"
+    elif index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+        kind = "docstring" if isinstance(node.value.value, str) else "other"
+    else:
+        kind = "compound" if hasattr(node, "body") else "other"
+    first = min(((d.lineno, d.col_offset) for d in getattr(node, "decorator_list", ())), default=None)
+    line, column = first or (node.lineno, node.col_offset)
+    return StatementSpan(line, column, node.end_lineno or node.lineno, kind)
 
 
 def _function(cls: Optional[str], node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> FunctionSpan:

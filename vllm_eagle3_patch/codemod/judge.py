@@ -7,7 +7,7 @@ from typing import Callable, Optional, Protocol
 from ..eagle3.release import GETTERS
 from ..python_layout import Layouts
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
-from .outline import Keep, KeepClass, Sees, outline
+from .outline import Keep, KeepClass, Sees, SeesStatement, Statement, outline
 from .patch import State, Unrecognised, Verdict
 
 
@@ -36,6 +36,7 @@ def judge(
     classes: Optional[KeepClass] = None,
     sees: Optional[Sees] = None,
     layouts: Optional[Layouts] = None,
+    sees_statement: Optional[SeesStatement] = None,
 ) -> Verdict:
     """Run ``make_codemod``'s codemod on ``source`` and say what the file is.
 
@@ -45,11 +46,12 @@ def judge(
     ``reads`` names the functions whose bodies the codemod and ``native`` look at; the
     others are set aside unparsed (see :mod:`~vllm_eagle3_patch.codemod.outline`), and so are the module-level
     classes ``classes`` rejects (None: every class is looked at) and the functions ``sees`` rejects,
-    signature and all (None: every function's is).  ``layouts``: the release's, which may know the file already.
+    signature and all (None: every function's is), and the other statements ``sees_statement`` rejects (imports,
+    class attributes; None: every one is).  ``layouts``: the release's, which may know the file already.
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
-    parsed = outline(source, reads, classes, sees, layouts)
+    parsed = outline(source, reads, classes, sees, layouts, sees_statement)
     try:
         module = parse(parsed.text)
         why_native = native(module)
@@ -77,3 +79,9 @@ def declares_eagle3(module: cst.Module, class_name: str, bases: tuple[str, ...])
     if any(is_name(base.value, *bases) for base in cls.bases):
         return f"{class_name} already implements EAGLE-3 (upstream support)"
     return implements_eagle3(module, class_name)
+
+
+def reads_the_interfaces_import(statement: Statement) -> bool:
+    """Of a model file's imports, the one a codemod adding ``SupportsEagle3`` reads: the model files' interfaces,
+    which ``cst_tools.add_import`` extends (the others are set aside, and a new import still follows the last)."""
+    return statement.kind == "import" and "interfaces" in statement.text

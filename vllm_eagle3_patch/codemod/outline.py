@@ -3,9 +3,10 @@
 LibCST parses and writes out about 10,000 lines a second, and a vLLM target file has
 up to 1,700 of them, of which a codemod reads a few functions.  :func:`outline` swaps
 the body of every other function and method for a one-line placeholder (found with
-the standard library's parser, written in C), LibCST works on that outline, and
-:meth:`Outline.restore` puts the bodies back verbatim.  Everything outside the set-aside
-bodies goes through LibCST as before, so the result is the same, byte for byte.
+the standard library's parser, written in C), and so every class, function, import and
+class attribute the codemod never looks at, neighbours sharing one placeholder; LibCST
+works on that outline, and :meth:`Outline.restore` puts the text back verbatim.  Everything
+else goes through LibCST as before, so the result is the same, byte for byte.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
-from ..python_layout import ClassSpan, FunctionSpan, Layout, Layouts, source_lines
+from ..python_layout import ClassSpan, FunctionSpan, Layouts, Span, StatementSpan, source_lines
 
 
 class Function(NamedTuple):
@@ -35,6 +36,19 @@ Sees = Callable[[Function], bool]
 """Whether a codemod looks at this function at all (its name, decorators or signature), body or not."""
 
 
+class Statement(NamedTuple):
+    """Any other statement of the module or of a module-level class (an import, a class attribute)."""
+
+    cls: Optional[str]
+    kind: str
+    """``import`` or ``other`` (docstrings and compound statements are always kept: see ``_ALWAYS_SEEN``)."""
+    text: str
+
+
+SeesStatement = Callable[[Statement], bool]
+"""Whether a codemod looks at this statement."""
+
+
 @dataclass(frozen=True)
 class Outline:
     text: str
@@ -47,7 +61,7 @@ class Outline:
         """``code`` (the outline, transformed) with every placeholder line replaced by its body."""
         if not self.bodies:
             return code
-        placeholder = re.compile(rf"([ \t]*)\.\.\.  # <set aside (\d+) {self.nonce}>(?:\r\n|\n)?")
+        placeholder = re.compile(rf"([ \t]*)(?:\.\.\.|{_IMPORTS})  # <set aside (\d+) {self.nonce}>(?:\r\n|\n)?")
         restored, count = placeholder.subn(self._body, code)
         if count != len(self.bodies):  # a codemod changed a function it declared it does not read
             raise RuntimeError(f"outline: {count} of {len(self.bodies)} set-aside function bodies came back")
@@ -67,12 +81,15 @@ def outline(
     keep_class: Optional[KeepClass] = None,
     sees: Optional[Sees] = None,
     layouts: Optional[Layouts] = None,
+    sees_statement: Optional[SeesStatement] = None,
 ) -> Outline:
     """``source`` with the body of every function that ``keep`` rejects set aside, every function that ``sees``
     rejects set aside whole (decorators and signature too: a wrapper's codemod only asks whether a class has a
-    getter), and every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
-    the codemod never reads).  ``layouts``: the release's, which may know where the file's functions and classes
-    lie already (else the source is parsed here).
+    getter), every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
+    the codemod never reads), and every other statement that ``sees_statement`` rejects (imports, class
+    attributes; None: every one is looked at).  Neighbours set aside whole share one placeholder, with the
+    blank lines and comments between them.  ``layouts``: the release's, which may know where the file's
+    statements lie already (else the source is parsed here).
 
     Sources the standard library cannot parse (newer syntax, errors, lone ``\\r`` line
     ends) are returned whole: LibCST then parses them whole, and says what is wrong.
@@ -88,38 +105,89 @@ def outline(
     bodies: list[str] = []
     parts: list[str] = []
     done = 0  # lines[:done] are in parts
-    for first, last in _set_aside(layout, lines, keep, keep_class, sees):
+    reading = _Reading(lines, keep, keep_class, sees, sees_statement)
+    for first, last, stands_for in reading.set_aside(None, layout):
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]
         newline = body[len(body.rstrip("\r\n")) :]
         parts.append("".join(lines[done : first - 1]))
-        parts.append(f"{indent}...  # <set aside {len(bodies)} {nonce}>{newline}")
+        parts.append(f"{indent}{stands_for}  # <set aside {len(bodies)} {nonce}>{newline}")
         bodies.append(body)
         done = last
     parts.append("".join(lines[done:]))
     return Outline("".join(parts), tuple(bodies), nonce)
 
 
-def _set_aside(
-    layout: Layout, lines: list[str], keep: Keep, keep_class: Optional[KeepClass], sees: Optional[Sees]
-) -> Iterator[tuple[int, int]]:
-    """``(first, last)`` lines of each piece to set aside, in source order: whole classes ``keep_class``
-    rejects and whole functions ``sees`` rejects (decorators included), and the bodies of the functions
-    ``keep`` rejects."""
-    for span in layout:
-        if isinstance(span, ClassSpan):
-            if keep_class is not None and not keep_class(span.name):
-                yield span.first, span.last
+class _Piece(NamedTuple):
+    first: int
+    last: int
+    stands_for: str
+    """The placeholder's statement: ``...``, or an import where imports are set aside (so that a new import
+    still goes after the last one: ``cst_tools.add_import``)."""
+
+
+_WHOLE = "..."
+_ALWAYS_SEEN = ("docstring", "compound")
+"""A codemod inserts after a docstring, and a compound statement ends a module's opening imports
+(``cst_tools.add_import``): neither is set aside."""
+_IMPORTS = "import _set_aside"
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What of a file the codemod looks at (``outline``'s predicates), over the file's lines."""
+
+    lines: list[str]
+    keep: Keep
+    keep_class: Optional[KeepClass]
+    sees: Optional[Sees]
+    sees_statement: Optional[SeesStatement]
+
+    def set_aside(self, cls: Optional[str], spans: Sequence[Span]) -> Iterator[_Piece]:
+        """The pieces to set aside of one body (the module's, or a class's), in source order: neighbours
+        set aside whole, of one kind, merged into one piece."""
+        run: Optional[_Piece] = None
+        for index, span in enumerate(spans):
+            alone = index + 1 == len(spans) or spans[index + 1].first > span.last  # nothing after it on its line
+            whole = self._whole(cls, span) if alone else None
+            if whole is not None and run is not None and run.stands_for == whole:
+                run = run._replace(last=span.last)
                 continue
-            functions: tuple[FunctionSpan, ...] = span.methods
-        else:
-            functions = (span,)
-        for function in functions:
-            seen = Function(function.cls, function.name, "".join(lines[function.line - 1 : function.last]))
-            if sees is not None and _on_own_lines(function, lines) and not sees(seen):
-                yield function.first, function.last
-            elif _body_on_own_lines(function, lines) and not keep(seen):
-                yield function.body[0], function.last
+            if run is not None:
+                yield run
+            run = _Piece(span.first, span.last, whole) if whole is not None else None
+            if whole is None:
+                yield from self._inside(span)
+        if run is not None:
+            yield run
+
+    def _whole(self, cls: Optional[str], span: Span) -> Optional[str]:
+        """The placeholder ``span`` is set aside whole under, or None where it is (partly) read."""
+        if isinstance(span, ClassSpan):
+            return _WHOLE if self.keep_class is not None and not self.keep_class(span.name) else None
+        if isinstance(span, FunctionSpan):
+            seen = self.sees is None or not _on_own_lines(span, self.lines) or self.sees(self._function(span))
+            return None if seen else _WHOLE
+        if span.kind in _ALWAYS_SEEN or self.sees_statement is None or not self._starts_its_line(span):
+            return None
+        text = "".join(self.lines[span.first - 1 : span.last])
+        if self.sees_statement(Statement(cls, span.kind, text)):
+            return None
+        return _IMPORTS if span.kind == "import" and cls is None else _WHOLE
+
+    def _inside(self, span: Span) -> Iterator[_Piece]:
+        """What to set aside inside a piece read: a class's body, a function's body."""
+        if isinstance(span, ClassSpan):
+            yield from self.set_aside(span.name, span.body)
+        elif isinstance(span, FunctionSpan) and _body_on_own_lines(span, self.lines):
+            if not self.keep(self._function(span)):
+                yield _Piece(span.body[0], span.last, _WHOLE)
+
+    def _function(self, span: FunctionSpan) -> Function:
+        return Function(span.cls, span.name, "".join(self.lines[span.line - 1 : span.last]))
+
+    def _starts_its_line(self, span: StatementSpan) -> bool:
+        return self.lines[span.first - 1][: span.column].strip() in ("", "@")
 
 
 def _on_own_lines(function: FunctionSpan, lines: list[str]) -> bool:

@@ -173,12 +173,31 @@ def test_a_renamed_class_is_refused(release):
     assert completed.returncode == 1 and "class DeepseekV2ForCausalLM" in completed.stderr
 
 
-@pytest.mark.parametrize("room", [100, -1], ids=["a-patched-file-does-not-fit", "a-backup-does-not-fit"])
-def test_a_failing_write_changes_nothing(release, room):
+NO_LINKS = (
+    "import os, runpy\n"
+    "def refused(*args, **kwargs):\n"
+    "    raise OSError(18, 'Invalid cross-device link')\n"
+    "os.link = refused\n"
+    "runpy.run_module('vllm_eagle3_patch', run_name='__main__')\n"
+)
+"""The tool's command line where no hard link can be made (the backups are then copies, written)."""
+
+
+@pytest.mark.parametrize(
+    "room, links",
+    [(100, True), (-1, True), (-1, False)],
+    ids=[
+        "a-patched-file-does-not-fit",
+        "a-linked-backup-and-a-patched-file-do-not-fit",
+        "a-copied-backup-does-not-fit",
+    ],
+)
+def test_a_failing_write_changes_nothing(release, room, links):
     """A real write error (file-size limit) part-way through apply: exit 1, one line naming the file, no trace left.
     The limit is the largest file apply changes plus ``room``: its backup fits and its patched text does not, or
-    (``-1``) its backup does not fit either.  Every new text is written beside its file before any is renamed into
-    place, so neither failure has changed a file of vLLM."""
+    (``-1``) its backup would not fit either: a backup is a second name of the file, no byte written, except
+    where no link can be made, and then its copy fails first.  Every new text is written beside its file before
+    any is renamed into place, so no failure has changed a file of vLLM."""
     package_dir = release("0.11.0")
     untouched = tree_digest(package_dir.parent)
     targets = json.loads(cli(package_dir, "status", "--json").stdout)["targets"]
@@ -188,8 +207,9 @@ def test_a_failing_write_changes_nothing(release, room):
     def small_files():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
+    tool = ["-m", "vllm_eagle3_patch"] if links else ["-c", NO_LINKS]
     completed = subprocess.run(
-        [sys.executable, "-m", "vllm_eagle3_patch", "--vllm-dir", str(package_dir), "apply"],
+        [sys.executable, *tool, "--vllm-dir", str(package_dir), "apply"],
         capture_output=True,
         text=True,
         preexec_fn=small_files,
@@ -197,6 +217,8 @@ def test_a_failing_write_changes_nothing(release, room):
     assert completed.returncode == 1
     said = completed.stderr
     assert said.count("\n") == 1 and "nothing was changed" in said and ".py: cannot write" in said, said
+    failed_on_a_backup = "/.vllm-eagle3-patch/backups/" in said
+    assert failed_on_a_backup == (not links), said
     assert tree_digest(package_dir.parent) == untouched
 
 

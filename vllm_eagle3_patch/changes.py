@@ -288,17 +288,18 @@ def _save_state(
     (a full disk, a file-size limit), the backups this run added are removed and the state is as it was: no vLLM
     file has been touched yet."""
     added = [state_dir.backup_path(path) for path, _ in backups if not state_dir.backup_path(path).exists()]
-    writing: Optional[Path] = None  # a backup's error names the backup
+    kept = [state_dir.bytecode_dir(path) for path in changing if not state_dir.bytecode_dir(path).exists()]
+    writing: Optional[Path] = None  # a backup's or bytecode's error names its file
     try:
         state_dir.save_backups(backups)
-        for path in changing:
-            writing = state_dir.bytecode_dir(path)
-            state_dir.save_bytecode(path)
+        state_dir.save_bytecode(changing)
         writing = state_dir.manifest_path
         state_dir.save(manifest)
     except OSError as error:
         for backup in added:
             backup.unlink(missing_ok=True)
+        for directory in kept:
+            shutil.rmtree(directory, ignore_errors=True)
         _restore_manifest(state_dir, previous)
         failed = writing or error.filename
         raise ToolError(f"{failed}: cannot write ({error.strerror or error}); nothing was changed") from None

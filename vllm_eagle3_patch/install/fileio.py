@@ -100,6 +100,31 @@ def commit_all(staged: Sequence[Staged], after_each: Callable[[Staged], None] = 
         _fsync_directory(directory)
 
 
+def link_all(files: Sequence[tuple[Path, Path, Optional[bytes]]], like: Optional[Path] = None) -> None:
+    """Each ``(existing, kept, data)``: ``kept`` made a second name of ``existing`` (a hard link), for a file that
+    is about to be renamed over or unlinked, never written in place (a model file ``apply`` replaces, the
+    installer's bytecode it drops): no byte is written, so there is nothing to wait for but the directories.
+    ``data``, where given, is what ``kept`` must hold (the text the plan judged): a file changed since is kept
+    as ``data``.  Where a link cannot be made (another file system, one without links), a copy is written as
+    :func:`stage_all` writes.  An error names the file it could not keep."""
+    copies = []
+    for existing, kept, data in files:
+        try:
+            os.link(existing, kept)
+            if data is None or kept.read_bytes() == data:
+                continue
+            kept.unlink()
+        except OSError:
+            pass
+        try:
+            copies.append((kept, existing.read_bytes() if data is None else data, like))
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, str(kept)) from None
+    commit_all(stage_all(copies))
+    for directory in dict.fromkeys(kept.parent for _, kept, _ in files):
+        _fsync_directory(directory)
+
+
 def _stage(path: Path, data: bytes, like: Optional[Path], concurrent: bool = False) -> Staged:
     """``data`` in the temporary file of ``path``, fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,11 +19,10 @@ from typing import Iterable, Optional, Sequence
 
 from ..errors import ToolError
 from .fileio import (
-    commit_all,
     compiled_files,
     left_temporaries,
+    link_all,
     make_directories,
-    stage_all,
     sweep_temporaries,
     write_atomically,
 )
@@ -176,25 +175,30 @@ class StateDir:
         return data
 
     def save_backups(self, backups: Sequence[tuple[str, bytes]]) -> None:
-        """Each ``(relative, original)`` as its backup, written together (``fileio.stage_all``); an error names
-        the backup it could not write."""
-        like = self.package_dir / "__init__.py"
+        """Each ``(relative, original)`` as its backup: a second name of the file, which ``apply`` then replaces
+        by a rename (``fileio.link_all``: no byte written), else a copy; an error names the backup."""
         for relative, _ in backups:
             make_directories(self.backup_path(relative).parent, like=self.package_dir)
-        commit_all(stage_all([(self.backup_path(relative), data, like) for relative, data in backups]))
+        files = [(self.package_dir / relative, self.backup_path(relative), data) for relative, data in backups]
+        link_all(files, like=self.package_dir / "__init__.py")
 
     def bytecode_dir(self, relative: str) -> Path:
         """Where the installer's bytecode of the file lives while it is patched (``apply`` drops it
         from ``__pycache__`` so Python compiles the new text; RECORD lists it)."""
         return self.path / "bytecode" / safe_relative(relative, self.manifest_path)
 
-    def save_bytecode(self, relative: str) -> None:
-        """Keep the file's bytecode once, the first time it is dropped: the installer's."""
-        kept = self.bytecode_dir(relative)
-        if kept.exists():
-            return
-        for compiled in compiled_files(self.package_dir / relative):
-            self._write(kept / compiled.name, compiled.read_bytes())
+    def save_bytecode(self, relatives: Sequence[str]) -> None:
+        """Keep each file's bytecode once, the first time it is dropped (the installer's): each a second name of
+        the file it keeps (``fileio.link_all``), since dropping it only unlinks it.  An error names the file."""
+        pairs = [
+            (compiled, self.bytecode_dir(relative) / compiled.name, None)
+            for relative in relatives
+            if not self.bytecode_dir(relative).exists()
+            for compiled in compiled_files(self.package_dir / relative)
+        ]
+        for directory in dict.fromkeys(kept.parent for _, kept, _ in pairs):
+            make_directories(directory, like=self.package_dir)
+        link_all(pairs, like=self.package_dir / "__init__.py")
 
     def saved_bytecode(self, relative: str) -> dict[str, bytes]:
         kept = self.bytecode_dir(relative)

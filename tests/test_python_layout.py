@@ -96,3 +96,10 @@ def test_the_outline_from_a_layout_known_already_is_the_outline_from_the_source(
 def test_layers_that_overwrite_the_residual_first_are_read_class_by_class(first_statement, ignored):
     source = SOURCE.replace("        residual = hidden_states\n", f"        {first_statement}\n")
     assert layers_ignoring_the_residual(source, "Model", Layouts()) is ignored
+
+
+def test_every_other_statement_has_its_kind():
+    """The outline keeps docstrings and compound statements (a ``match`` too) and may set the rest aside."""
+    source = '"""Doc."""\nimport a\nx = 1\nif x:\n    pass\nmatch x:\n    case 1:\n        pass\n"""Not a doc."""\n'
+    kinds = [span.kind for span in layout_of(python_tree(source))]
+    assert kinds == ["docstring", "import", "other", "compound", "compound", "other"]

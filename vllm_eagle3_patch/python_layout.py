@@ -98,7 +98,7 @@ def layout_of(tree: ast.Module) -> Layout:
 
 
 def _span(cls: Optional[str], index: int, node: ast.stmt) -> Union[FunctionSpan, StatementSpan]:
-    """A function's span, or any other statement's (a class in a class is one of those: never read)."""
+    """A function's span, or any other statement's (a class in a class is one of those: compound, always kept)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return _function(cls, node)
     if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -106,7 +106,7 @@ def _span(cls: Optional[str], index: int, node: ast.stmt) -> Union[FunctionSpan,
     elif index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
         kind = "docstring" if isinstance(node.value.value, str) else "other"
     else:
-        kind = "compound" if hasattr(node, "body") else "other"
+        kind = "compound" if hasattr(node, "body") or hasattr(node, "cases") else "other"  # match: cases
     first = min(((d.lineno, d.col_offset) for d in getattr(node, "decorator_list", ())), default=None)
     line, column = first or (node.lineno, node.col_offset)
     return StatementSpan(line, column, node.end_lineno or node.lineno, kind)

@@ -222,6 +222,34 @@ def test_a_failing_write_changes_nothing(release, room, links):
     assert tree_digest(package_dir.parent) == untouched
 
 
+def test_a_failing_state_write_leaves_no_bytecode_it_kept(release, monkeypatch):
+    """A second ``apply`` (a manifest is there) keeps the installer's bytecode of the files it adds, then cannot
+    write its manifest: the bytecode it kept goes with its backups, and the state is the first run's."""
+    from vllm_eagle3_patch import changes
+    from vllm_eagle3_patch.codemod.patch import Options
+    from vllm_eagle3_patch.errors import ToolError
+    from vllm_eagle3_patch.install.locate import from_package_dir
+    from vllm_eagle3_patch.install.manifest import StateDir
+
+    package_dir = release("0.11.0")
+    assert cli(package_dir, "apply", "-q", "--only", "MixtralForCausalLM").returncode == 0
+    compiled = [sys.executable, "-m", "compileall", "-q", str(package_dir / "model_executor" / "models")]
+    subprocess.run(compiled, check=True, stdout=subprocess.DEVNULL)
+    untouched = tree_digest(package_dir.parent)
+    real_save, failed = StateDir.save, []
+
+    def fail_once(state_dir, manifest):
+        if not failed:
+            failed.append(manifest)
+            raise OSError(28, "No space left on device", str(state_dir.manifest_path))
+        real_save(state_dir, manifest)
+
+    monkeypatch.setattr(StateDir, "save", fail_once)
+    with pytest.raises(ToolError, match=r"manifest\.json: cannot write .No space left on device.; nothing was changed"):
+        changes.apply(from_package_dir(package_dir), Options())
+    assert failed and tree_digest(package_dir.parent) == untouched  # no bytecode kept by the failed run
+
+
 def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     """A rename that fails after others succeeded (the new texts all written beside their files): the files already
     renamed get their old bytes back, the rest are discarded, and nothing of the run is left."""

@@ -78,8 +78,11 @@ class Plan:
 
     @property
     def state(self) -> State:
-        """The installation's state: ``interrupted`` while a run is unfinished, else its files'."""
-        return State.INTERRUPTED if self.interruption else self.files_state
+        """The installation's state: ``interrupted`` while a run is unfinished, ``unknown`` where this tool cannot
+        tell the release's EAGLE-3 interface, else its files'."""
+        if self.interruption:
+            return State.INTERRUPTED
+        return State.UNKNOWN if self.release.unknown is not None else self.files_state
 
     @property
     def files_state(self) -> State:
@@ -144,6 +147,8 @@ def make_plan(
     if options is None:
         options = recorded
     release = Release(install.package_dir)
+    if release.unknown is not None and not states_only:  # diff and apply: nothing is planned on a guess
+        raise ToolError(f"{install.package_dir}: {release.no_eagle3}; nothing was changed")
     discovery = StateCache(default_directory()).remember(
         f"families found by rule in vLLM {install.version}",  # any tree of the release: each file read is checked
         _as_installed(release, state_dir, manifest),

@@ -66,12 +66,13 @@ class StateCache:
         if self.directory is None:
             return _state_only(patch.examine(source, release, options))
         path = self.directory / f"{self._key(patch, source, options)}.json"
-        cached = _load(path, release.read)
+        cached = _load(path, release)
         if cached is not None:
             return cached
         reads: dict[str, Optional[str]] = {}
-        verdict = patch.examine(source, release.reading_through(_recording(release.read, reads)), options)
-        entry = {"state": verdict.state.value, "reason": verdict.reason, "reads": reads}
+        found: dict[str, Optional[str]] = {}
+        verdict = patch.examine(source, _recorded(release, reads, found), options)
+        entry = {"state": verdict.state.value, "reason": verdict.reason, "reads": reads, "found": found}
         try:
             write_atomically(path, json.dumps(entry).encode("utf-8"), concurrent=True)
         except OSError:
@@ -97,16 +98,16 @@ class StateCache:
         path = path.with_suffix(".json")
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
-            if all(_digest(release.read(relative)) == digest for relative, digest in entry["reads"].items()):
+            if _still_true(entry, release):
                 return decode(entry["value"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
         reads: dict[str, Optional[str]] = {}
-        value = compute(release.reading_through(_recording(release.read, reads)))
+        found: dict[str, Optional[str]] = {}
+        value = compute(_recorded(release, reads, found))
         try:
-            write_atomically(
-                path, json.dumps({"reads": reads, "value": encode(value)}).encode("utf-8"), concurrent=True
-            )
+            entry = {"reads": reads, "found": found, "value": encode(value)}
+            write_atomically(path, json.dumps(entry).encode("utf-8"), concurrent=True)
         except OSError:
             pass
         return value
@@ -116,15 +117,36 @@ class StateCache:
         return hashlib.sha256(json.dumps(parts).encode("utf-8")).hexdigest()
 
 
-def _load(path: Path, read: ReadFile) -> Optional[Verdict]:
-    """The cached verdict, if there is one and every file it read still has the same contents."""
+def _load(path: Path, release: Release) -> Optional[Verdict]:
+    """The cached verdict, if there is one and every file it read and every search it made are as they were."""
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
-        if any(_digest(read(relative)) != digest for relative, digest in entry["reads"].items()):
+        if not _still_true(entry, release):
             return None
         return Verdict(State(entry["state"]), str(entry["reason"]))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _still_true(entry: dict, release: Release) -> bool:
+    """Whether every file ``entry`` read has the same contents and every search it made finds the same files
+    (a file added, removed or renamed changes what a search finds, and so the answer)."""
+    if any(_digest(release.read(relative)) != digest for relative, digest in entry["reads"].items()):
+        return False
+    return all(_found_digest(release.tree.search(literal)) == digest for literal, digest in entry["found"].items())
+
+
+def _recorded(release: Release, reads: dict[str, Optional[str]], found: dict[str, Optional[str]]) -> Release:
+    """A view of ``release`` that notes the digest of every file read and of every search's answer."""
+
+    def searched(literal: str, files: tuple[str, ...]) -> None:
+        found[literal] = _found_digest(files)
+
+    return release.reading_through(_recording(release.read, reads), searched)
+
+
+def _found_digest(files: tuple[str, ...]) -> Optional[str]:
+    return _digest("\n".join(files))
 
 
 def _state_only(verdict: Verdict) -> Verdict:

@@ -18,6 +18,7 @@ from helpers.decoder_sources import (
     WRAPPER_SOURCE,
     patch,
     reader,
+    runner,
     source,
 )
 from helpers.toy_decoders import IMPORT, LOOPS, Eagle3, load, toy_family, toy_source
@@ -309,7 +310,9 @@ def test_the_getter_is_named_as_the_release_runner_asks(runner, getter, other):
 
 
 def test_protocol_follows_the_release():
-    without = DecoderPatch(TOY).examine(source(), reader(interfaces="class SupportsPP: ..."), Options())
+    without = DecoderPatch(TOY).examine(
+        source(), reader(runner(protocol=False), interfaces="class SupportsPP: ..."), Options()
+    )
     assert without.state is State.UNPATCHED and "SupportsEagle3" not in without.patched
     assert "SupportsEagle3" in DecoderPatch(TOY).examine(source(), reader(), Options()).patched
 

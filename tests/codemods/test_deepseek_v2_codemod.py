@@ -4,15 +4,13 @@ family, are in ``test_decoder_eagle3_codemod.py``."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from helpers.as_codemod import as_codemod
+from helpers.decoder_sources import reader
 from libcst.codemod import CodemodTest
 
 from vllm_eagle3_patch.catalog import DEEPSEEK_V2
 from vllm_eagle3_patch.codemod.patch import Options, State
-from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3, DecoderPatch
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
@@ -127,8 +125,7 @@ class DeepseekV2ForCausalLM(nn.Module, SupportsPP, SupportsEagle3):  # vllm-eagl
 
 
 def examine(code: str):
-    read = lambda path: "class SupportsEagle3(Protocol): ..." if "interfaces" in path else "set_aux_hidden_state_layers"
-    return PATCH.examine(code, Release(Path("/nowhere"), read), Options())
+    return PATCH.examine(code, reader(), Options())
 
 
 @pytest.mark.parametrize(

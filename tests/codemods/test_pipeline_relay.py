@@ -12,6 +12,7 @@ from helpers.decoder_sources import (
     CHILD_SOURCE,
     INTERFACES_WITH_PROTOCOL,
     NORM_IN_ELSE_TAIL,
+    RUNNER_WITH_EAGLE3,
     TOY,
     reader,
     source,
@@ -95,7 +96,7 @@ def test_the_release_says_where_its_runner_relays(tmp_path: Path) -> None:
     package = tmp_path / "vllm"
     (package / "v1/worker").mkdir(parents=True)
     (package / "model_executor/models").mkdir(parents=True)
-    (package / "v1/worker/gpu_model_runner.py").write_text("model.set_aux_hidden_state_layers(x)\n")
+    (package / "v1/worker/gpu_model_runner.py").write_text(RUNNER_WITH_EAGLE3)
     interfaces = package / "model_executor/models/interfaces.py"
     interfaces.write_text(
         'class SupportsEagle3:\n    pass\nclass M:\n    AUX_HIDDEN_STATE_KEY: ClassVar[str] = "aux_"\n'

@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 
 from vllm_eagle3_patch.codemod.family import Family
-from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, Release
+from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, Release
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderEagle3
 
 TOY = Family(
@@ -88,8 +88,16 @@ def patch(code: str, protocol: bool = True, aux_layers=None) -> str:
     return DecoderEagle3(TOY, protocol=protocol, aux_layers=aux_layers).transform_module(cst.parse_module(code)).code
 
 
-RUNNER_WITH_EAGLE3 = "model.set_aux_hidden_state_layers(layers)"
-MIXIN_RUNNER = f"layers = model.{DEFAULT_GETTER}()\n{RUNNER_WITH_EAGLE3}"
+def runner(getter: str = GETTER, protocol: bool = True) -> str:
+    """A runner's EAGLE-3 wiring as the releases write it: check the protocol (0.10.1 on), ask the default ids,
+    hand them over."""
+    check = "from vllm.model_executor.models.interfaces import supports_eagle3\n\n\n" if protocol else ""
+    asserted = "    assert supports_eagle3(model)\n" if protocol else ""
+    return f"{check}def load_model(model):\n{asserted}    model.set_aux_hidden_state_layers(model.{getter}())\n"
+
+
+RUNNER_WITH_EAGLE3 = runner()
+MIXIN_RUNNER = runner(DEFAULT_GETTER)
 """A runner shaped like 0.18.0's and later: it asks SupportsEagle3's default ids by their new name."""
 INTERFACES_WITH_PROTOCOL = "class SupportsEagle3(Protocol):\n    pass\n"
 
@@ -100,7 +108,7 @@ def reader(runner=RUNNER_WITH_EAGLE3, interfaces=INTERFACES_WITH_PROTOCOL, **fil
         "model_executor/models/interfaces.py": interfaces,
         **{TOY.path if name == "model" else name: text for name, text in files.items()},
     }
-    return Release(Path("/nowhere"), known.get)
+    return Release(Path("/nowhere"), known.get, files=lambda: tuple(sorted(known)))
 
 
 CHILD = Family(

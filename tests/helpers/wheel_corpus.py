@@ -26,7 +26,7 @@ PATCHABLE_CORE = (
     "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1",
 )  # fmt: skip
 PATCHABLE_LEGACY = ("0.8.5", "0.8.5.post1", "0.9.0", "0.9.0.1", "0.9.1", "0.9.2", "0.10.0")
-FAMILIES_ONLY = ("0.18.0", "0.21.0", "0.22.0", "0.30.0", "0.33.0")
+FAMILIES_ONLY = ("0.18.0", "0.21.0", "0.22.0", "0.30.0", "0.33.0", "0.34.0")
 """DeepSeek-V2/V3 native, the other families patched: the first release whose runner asks
 ``EagleModelMixin``'s getter, the last with a gate whitelist, the first without one, the first
 with aux states over pipeline ranks, and the newest on PyPI (every release between them gets the

@@ -31,6 +31,9 @@ class State(str, enum.Enum):
     MODIFIED = "modified"
     INTERRUPTED = "interrupted"
     """The installation only: an ``apply`` or ``revert`` stopped part-way (``install/journal.py``)."""
+    UNKNOWN = "unknown"
+    """The installation only: searching the tree did not establish the release's EAGLE-3 interface
+    (``Release.unknown``): nothing is judged a target, and ``apply`` refuses."""
 
 
 class Policy(str, enum.Enum):

@@ -50,6 +50,8 @@ class TargetModel:
     refusal: Optional[str] = None
     """Why no rule serves a registered multimodal class (``discovery``'s reason: the proposer could not take the
     embedding from its language model, ...)."""
+    unknown: Optional[str] = None
+    """Why nothing can be judged: the release's EAGLE-3 interface was not established (``Release.no_eagle3``)."""
 
     @property
     def ready(self) -> bool:
@@ -96,6 +98,8 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     it is judged by every model type its checkpoints name (``discovery.model_types``), never one guessed."""
     entry = plan.release.registry.get(architecture)
     module = entry[0] if entry else None
+    if plan.release.unknown is not None:
+        return TargetModel(architecture, module, None, (), unknown=plan.release.no_eagle3)
     found = plan.discovery.wrappers.get(architecture)
     if entry is not None and found is not None:
         return _through_a_wrapper(plan, architecture, entry, found, config)

@@ -16,14 +16,14 @@ import ast
 import enum
 import re
 from dataclasses import dataclass
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from ..python_layout import Layouts
+from .tree import ListFiles, ReadFile, Searched, Tree, file_reader, module_of
 
-ReadFile = Callable[[str], Optional[str]]
-"""Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
+__all__ = ["ReadFile", "file_reader"]  # re-exported: the tree's reader is the release's
 
 MODELS = "model_executor/models"
 """The model files' directory, relative to ``vllm/``."""
@@ -35,6 +35,7 @@ PACKAGE = f"vllm.{MODELS_MODULE}"
 INTERFACES = f"{MODELS}/interfaces.py"
 REGISTRY = f"{MODELS}/registry.py"
 RUNNER = "v1/worker/gpu_model_runner.py"
+"""The V1 GPU runner (gone in 0.34.0): named only where a test or a doc needs an example; the runners are found."""
 EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
 MARKER = "vllm-eagle3-patch"
 """The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
@@ -75,6 +76,16 @@ WHITELISTS = ("eagle3_target_supported", "aux_hidden_states_supported")
 GATE_SIGNS = (*WHITELISTS, "Eagle3 is only supported")
 FIXED_DRAFTER = "Eagle3LlamaForCausalLM"
 
+SETTER_CALL = f".{SETTER}("
+"""How a runner hands a target its ids: every file calling this outside a method of that name (a wrapper's
+delegation) is a runner's EAGLE-3 wiring, wherever it lives."""
+CHECK = "supports_eagle3"
+"""The function a runner checks a target with, imported from the protocol's module."""
+GETTER_PATTERN = re.compile(r"get_\w*aux_hidden_state_layers")
+"""A default-ids getter, as a runner's call site names it (both names above match)."""
+SEARCHES = (SETTER_CALL, f"{CHECK}(", f"class {PROTOCOL}", *LANGUAGE_MODEL_EMBEDDING)
+"""Every literal the release's facts search the tree for: found in one pass."""
+
 
 @dataclass(frozen=True)
 class Eagle3Interface:
@@ -88,6 +99,29 @@ class Eagle3Interface:
     """Where model runner V2 carries aux states across pipeline ranks (0.30.0 on): the prefix of their
     ``IntermediateTensors`` keys (``EagleModelMixin.AUX_HIDDEN_STATE_KEY``), for a decoder declaring
     ``supports_aux_hidden_states_over_pp``.  None: no runner of the release carries them."""
+    runners: tuple[str, ...] = ()
+    """The files whose call sites hand a target its ids (``SETTER_CALL``), in path order: every verdict holds
+    for each of them."""
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """One runner's call of the setter, as read from its file."""
+
+    path: str
+    getter: Optional[str]
+    """The default-ids getter the calling function asks (None: it names none this tool can read)."""
+    checks_with: Optional[str]
+    """The module the file imports ``supports_eagle3`` from (None: it checks no protocol, 0.8.5 - 0.10.0)."""
+
+
+@dataclass(frozen=True)
+class InterfaceSearch:
+    """What searching the tree established about the EAGLE-3 interface: the call sites, or why it cannot tell."""
+
+    call_sites: tuple[CallSite, ...] = ()
+    unknown: Optional[str] = None
+    """One line naming what the search did not find, where it found enough to know the interface is there."""
 
 
 class Lookup(enum.Enum):
@@ -106,19 +140,6 @@ class Lookup(enum.Enum):
         return architecture if keep else f"Eagle3{architecture}"
 
 
-def file_reader(package_dir: Path) -> ReadFile:
-    """A reader of ``package_dir``'s files that reads each at most once."""
-
-    @cache
-    def read(relative: str) -> Optional[str]:
-        try:
-            return (package_dir / relative).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-
-    return read
-
-
 class Release:
     """One vLLM tree as this tool sees it: its files through one reader, and what they say.
 
@@ -128,28 +149,70 @@ class Release:
     but :attr:`layouts`, each a fact of a source text alone.
     """
 
-    def __init__(self, package_dir: Path, read: Optional[ReadFile] = None, layouts: Optional[Layouts] = None) -> None:
+    def __init__(
+        self,
+        package_dir: Path,
+        read: Optional[ReadFile] = None,
+        layouts: Optional[Layouts] = None,
+        tree: Optional[Tree] = None,
+        files: Optional[ListFiles] = None,
+    ) -> None:
         self.package_dir = package_dir
-        self.read: ReadFile = read or file_reader(package_dir)
+        self.tree = tree or Tree(package_dir, read, files, expected=SEARCHES)
+        """The installed files, listed, read and searched: every fact below goes through it."""
+        self.read: ReadFile = self.tree.read
         self.layouts = layouts or Layouts()
         """Where the functions and classes of each file read lie: found once, by whoever parses the file first."""
 
-    def reading_through(self, read: ReadFile) -> Release:
-        return Release(self.package_dir, read, self.layouts)
+    def reading_through(self, read: ReadFile, searched: Optional[Searched] = None) -> Release:
+        return Release(self.package_dir, layouts=self.layouts, tree=self.tree.through(read, searched))
 
     def exists(self, relative: str) -> bool:
         return (self.package_dir / relative).is_file()
 
     @cached_property
+    def interface_search(self) -> InterfaceSearch:
+        """The runners' call sites of the setter, found by searching the tree, and what they ask."""
+        sites = tuple(site for path in self.tree.search(SETTER_CALL) for site in call_sites(path, self.read(path)))
+        if not sites:
+            checking = [p for p in self.tree.search(f"{CHECK}(") if f"def {CHECK}(" not in (self.read(p) or "")]
+            if checking:
+                return InterfaceSearch(unknown=f"{checking[0]} calls {CHECK}, but no file calls {SETTER}")
+            return InterfaceSearch()
+        unread = next((site for site in sites if site.getter is None), None)
+        if unread is not None:
+            return InterfaceSearch(sites, f"{unread.path} calls {SETTER} but asks no getter this tool can read")
+        getters = sorted({site.getter for site in sites if site.getter})
+        if len(getters) > 1:
+            return InterfaceSearch(sites, f"the runners ask different getters ({', '.join(getters)})")
+        modules = sorted({site.checks_with for site in sites if site.checks_with})
+        if len(modules) > 1 or (modules and modules[0] != module_of(INTERFACES)):
+            found = ", ".join(modules)
+            return InterfaceSearch(sites, f"the runners import {CHECK} from {found}, not from {module_of(INTERFACES)}")
+        if modules and not self._declares_protocol(INTERFACES):
+            return InterfaceSearch(sites, f"{INTERFACES} has no class {PROTOCOL}, which the runners check")
+        return InterfaceSearch(sites)
+
+    def _declares_protocol(self, path: str) -> bool:
+        return re.search(rf"^class {PROTOCOL}\b", self.read(path) or "", re.MULTILINE) is not None
+
+    @property
+    def unknown(self) -> Optional[str]:
+        """Why this tool cannot tell the release's EAGLE-3 interface (None: it can, or there is none)."""
+        return self.interface_search.unknown
+
+    @cached_property
     def interface(self) -> Optional[Eagle3Interface]:
-        """The runner's contract; None where the release has no EAGLE-3 (its runner never sets ids)."""
-        runner = self.read(RUNNER) or ""
-        if SETTER not in runner:
+        """The runners' contract; None where the release has no EAGLE-3 (no file calls the setter) or the search
+        could not establish it (:attr:`unknown`)."""
+        search = self.interface_search
+        if not search.call_sites or search.unknown is not None:
             return None
-        getter = DEFAULT_GETTER if DEFAULT_GETTER in runner else GETTER
-        interfaces = self.read(INTERFACES) or ""
-        has_protocol = re.search(rf"^class {PROTOCOL}\b", interfaces, re.MULTILINE) is not None
-        return Eagle3Interface(protocol=has_protocol, getter=getter, relay_key=self._relay_key(interfaces))
+        getter = search.call_sites[0].getter or GETTER
+        has_protocol = any(site.checks_with for site in search.call_sites)
+        runners = tuple(sorted({site.path for site in search.call_sites}))
+        relay_key = self._relay_key(self.read(INTERFACES) or "")
+        return Eagle3Interface(protocol=has_protocol, getter=getter, relay_key=relay_key, runners=runners)
 
     def _relay_key(self, interfaces: str) -> Optional[str]:
         if RELAY_SIGN not in (self.read(RELAY) or ""):
@@ -160,7 +223,9 @@ class Release:
     @property
     def no_eagle3(self) -> str:
         """Why :attr:`interface` is None, for a refusal."""
-        return f"this vLLM has no EAGLE-3 ({RUNNER} never calls {SETTER})"
+        if self.unknown is not None:
+            return f"cannot tell this vLLM's EAGLE-3 interface: {self.unknown}"
+        return f"this vLLM has no EAGLE-3 (no file calls {SETTER})"
 
     @cached_property
     def gate_file(self) -> Optional[str]:
@@ -211,13 +276,14 @@ class Release:
     def shares_the_language_models_embedding(self) -> bool:
         """Whether the EAGLE proposer takes a multimodal target's token embedding from its language model
         (``get_language_model().model``, 0.9.2 on), not from the target's own ``model``."""
-        sources = [self.read(path) or "" for path in PROPOSER_FILES]
-        return any(sign in source for sign in LANGUAGE_MODEL_EMBEDDING for source in sources)
+        return any(self.tree.search(sign) for sign in LANGUAGE_MODEL_EMBEDDING)
 
     @cached_property
     def reads_drafter_ids(self) -> bool:
-        """Whether the runner takes the drafter's top-level ids over the target's (0.11.1 on)."""
-        return DRAFTER_IDS_FIELD in (self.read(RUNNER) or "")
+        """Whether a runner takes the drafter's top-level ids over the target's (0.11.1 on)."""
+        interface = self.interface
+        runners = interface.runners if interface is not None else ()
+        return any(DRAFTER_IDS_FIELD in (self.read(path) or "") for path in runners)
 
 
 def registry_entries(source: str, only: Optional[str] = None) -> dict[str, tuple[str, str]]:
@@ -275,6 +341,52 @@ def whitelisted(source: str) -> Optional[list[str]]:
     return None
 
 
+def call_sites(path: str, source: Optional[str]) -> tuple[CallSite, ...]:
+    """The calls of the setter in ``source`` that hand a target ids (not a wrapper's ``def`` of the setter
+    delegating to its language model), each with the getter its function asks and the protocol check's module."""
+    try:
+        tree = ast.parse(source or "")
+    except SyntaxError:
+        return ()
+    checks_with = next(
+        (
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and any(a.name == CHECK for a in node.names)
+        ),
+        None,
+    )
+    sites = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.name == SETTER:
+            continue
+        own = list(_own_nodes(function))
+        if any(_calls(node, SETTER) for node in own):
+            asked = {node.func.attr for node in own if _calls(node) and GETTER_PATTERN.fullmatch(node.func.attr)}
+            getter = asked.pop() if len(asked) == 1 else None
+            sites.append(CallSite(path, getter, checks_with))
+    return tuple(sites)
+
+
+def _own_nodes(function: ast.AST) -> list[ast.AST]:
+    """The nodes of ``function``'s body, not those of functions defined inside it."""
+    found, stack = [], list(ast.iter_child_nodes(function))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _calls(node: ast.AST, name: Optional[str] = None) -> bool:
+    """``node`` is a call of a method (``x.name(...)``; any name where ``name`` is None)."""
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (name is None or node.func.attr == name)
+    )
+
+
 def module_name(path: str) -> str:
     """``model_executor/models/gemma3.py`` -> ``vllm.model_executor.models.gemma3``."""
-    return "vllm." + path.removesuffix(".py").replace("/", ".")
+    return module_of(path)

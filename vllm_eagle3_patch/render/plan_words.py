@@ -68,6 +68,8 @@ def plan_reason(plan: Plan) -> str:
     """The installation's reason: an unfinished run, or its standing, then why the states may mislead."""
     if plan.interruption:  # why files differ from the manifest, and what to do: no stale note; the rows say the rest
         return plan.interruption.reason(plan.install.command)
+    if plan.release.unknown is not None:
+        return f"{plan.release.no_eagle3}; apply refuses"
     reason = standing_reason(plan.standing)
     if plan.unreadable_state:
         reason += f" ({plan.unreadable_state}: the states come from the files' own contents)"

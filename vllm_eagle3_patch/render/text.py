@@ -33,6 +33,7 @@ _STATE_STYLE = {
     State.MODIFIED: "red",
     State.UNSUPPORTED: "red",
     State.INTERRUPTED: "red",
+    State.UNKNOWN: "yellow",
 }
 NO_NEWLINE = "\\ No newline at end of file\n"
 

@@ -93,6 +93,8 @@ def _language_model(language_model: LanguageModel) -> str:
 def target_verdict(model: TargetModel) -> str:
     """Whether this install makes the model an EAGLE-3 target, and what it waits for where it does not."""
     where = f" ({model.module}.py)" if model.module else ""
+    if model.unknown is not None:
+        return f"{model.architecture}{where}: unknown ({model.unknown})"
     if model.module is None:
         return f"{model.architecture}: not in this vLLM's model registry"
     if model.declares_eagle3:

@@ -1,0 +1,132 @@
+"""The installed vLLM tree: its Python files listed, read and searched, each at most once a command.
+
+A release's facts are found by searching the tree (which files call the interface, where the
+protocol lives), not by assuming paths, because a tool that patches site-packages always meets a
+release newer than itself.  Every fact goes through one :class:`Tree`, and a search is a read like
+any other: a view (:meth:`Tree.through`) reads files through another function and reports each search
+it answers, so the verdict cache keeps what a search found beside the digests of the files read, and
+a verdict goes stale when a file is added, removed or renamed, not only when a file read changes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+from pathlib import Path
+from typing import Callable, Optional
+
+ReadFile = Callable[[str], Optional[str]]
+"""Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
+ListFiles = Callable[[], "tuple[str, ...]"]
+"""Every Python file of the tree, relative to ``vllm/``, sorted."""
+Searched = Callable[[str, "tuple[str, ...]"], None]
+"""Told each search a view answered: the literal and the files found."""
+
+
+def file_reader(package_dir: Path) -> ReadFile:
+    """A reader of ``package_dir``'s files that reads each at most once."""
+
+    @cache
+    def read(relative: str) -> Optional[str]:
+        try:
+            return (package_dir / relative).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    return read
+
+
+def python_files(package_dir: Path) -> ListFiles:
+    """The ``.py`` files under ``package_dir`` (this tool's state directory left out), listed once."""
+
+    @cache
+    def listed() -> tuple[str, ...]:
+        found = []
+        for directory, subdirectories, names in os.walk(package_dir):
+            subdirectories[:] = [d for d in subdirectories if not d.startswith(".") and d != "__pycache__"]
+            prefix = os.path.relpath(directory, package_dir)
+            for name in names:
+                if name.endswith(".py"):
+                    found.append(name if prefix == "." else f"{prefix}/{name}".replace(os.sep, "/"))
+        return tuple(sorted(found))
+
+    return listed
+
+
+class Tree:
+    """One vLLM tree's files: listed, read, and searched for literals.
+
+    ``read`` and ``files`` default to the disk under ``package_dir``; tests hand in a dict's ``get`` and its
+    keys.  A search scans the files' own bytes once for every literal asked of this tree or of any view of it.
+    """
+
+    def __init__(
+        self,
+        package_dir: Path,
+        read: Optional[ReadFile] = None,
+        files: Optional[ListFiles] = None,
+        expected: tuple[str, ...] = (),
+    ) -> None:
+        self.package_dir = package_dir
+        self.expected = expected
+        """Literals to look for in the same pass as the first search (the release's searches): one pass in all."""
+        self.read: ReadFile = read or file_reader(package_dir)
+        self.files: ListFiles = files or (python_files(package_dir) if read is None else (lambda: ()))
+        self._found: dict[str, tuple[str, ...]] = {}
+        self._searched: Optional[Searched] = None
+        self._raw: Callable[[str], Optional[bytes]] = (
+            self._disk_bytes if read is None else lambda relative: _encoded(self.read(relative))
+        )
+
+    def through(self, read: ReadFile, searched: Optional[Searched] = None) -> Tree:
+        """A view reading files through ``read`` (a recorder, the backups of patched files), sharing this tree's
+        listing and searches: the views this tool makes change what a file says, never which files there are,
+        and only add marked lines to those a search may find."""
+        view = Tree(self.package_dir, read, self.files, self.expected)
+        view._found, view._raw, view._searched = self._found, self._raw, searched
+        return view
+
+    def search(self, literal: str) -> tuple[str, ...]:
+        """The files whose text holds ``literal``, in path order."""
+        if literal not in self._found:
+            self._found.update(self._scan({literal, *self.expected} - set(self._found)))
+        found = self._found[literal]
+        if self._searched is not None:
+            self._searched(literal, found)
+        return found
+
+    def _scan(self, literals: set[str]) -> dict[str, tuple[str, ...]]:
+        """One pass over the files for every literal of ``literals``."""
+        needles = {literal: literal.encode("utf-8") for literal in literals}
+        hits: dict[str, list[str]] = {literal: [] for literal in literals}
+        for relative in self.files():
+            data = self._raw(relative)
+            for literal, needle in needles.items() if data is not None else ():
+                if needle in data:
+                    hits[literal].append(relative)
+        return {literal: tuple(found) for literal, found in hits.items()}
+
+    def _disk_bytes(self, relative: str) -> Optional[bytes]:
+        try:
+            with open(self.package_dir / relative, "rb") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+
+def _encoded(text: Optional[str]) -> Optional[bytes]:
+    return None if text is None else text.encode("utf-8", "surrogatepass")
+
+
+def module_of(path: str) -> str:
+    """``model_executor/models/gemma3.py`` -> ``vllm.model_executor.models.gemma3``; a package's
+    ``__init__.py`` is the package."""
+    return "vllm." + re.sub(r"(/__init__)?\.py$", "", path).replace("/", ".")
+
+
+def path_of(module: str) -> tuple[str, str]:
+    """``vllm.models.kimi_k3`` -> the two files that module may be: ``models/kimi_k3.py`` and
+    ``models/kimi_k3/__init__.py``."""
+    base = module.removeprefix("vllm.").replace(".", "/")
+    return f"{base}.py", f"{base}/__init__.py"

@@ -181,6 +181,8 @@ def judge(
 
     if chain is None:
         return verdict("refused", Unreadable(module, cls))
+    if architecture in discovery.per_platform:
+        return verdict("refused", Unserved(cls, module, discovery.unrecognised.get(architecture)))
     found = discovery.architectures.get(architecture)
     for family in (*FAMILIES, *([found] if found else [])):
         family_module = family.path.removesuffix(".py").replace("/", ".")

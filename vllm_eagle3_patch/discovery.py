@@ -128,6 +128,9 @@ class Discovery:
     """Each multimodal architecture served through a wrapper found by rule (``multimodal.py``)."""
     encoder_decoder: tuple[str, ...] = ()
     """The multimodal architectures refused as encoder-decoder models (Whisper), which no rule serves."""
+    per_platform: tuple[str, ...] = ()
+    """The architectures whose class a platform-split package picks per platform, not all of them native: refused
+    (their reason is in ``unrecognised``), whatever file the generic binding leads to."""
 
 
 def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
@@ -179,13 +182,24 @@ class _FamilyFinder:
         self.native: dict[str, tuple[str, ...]] = {}
         self.wrappers: dict[str, FoundWrapper] = {}
         self.encoder_decoder: tuple[str, ...] = ()
+        self.per_platform: tuple[str, ...] = ()
 
     @property
     def families(self) -> tuple[Family, ...]:
         return (*self.known, *self.found.values())
 
     def judged(self, architecture: str, module: str, cls: str) -> Optional[Chain]:
-        """The chain of a registered class still to be judged: not native, not a known family's."""
+        """The chain of a registered class still to be judged: not native, not a known family's, not one picked
+        per platform (native only where every platform's class is)."""
+        variants = self.chains.platform_variants(registry_module(module), cls)
+        if variants:
+            chains = [self.chains.chain(variant.module, variant.name) for variant in variants]
+            if all(chain is not None and chain.declares_eagle3 for chain in chains):
+                self.native[architecture] = model_types(architecture, module)
+            else:
+                self.unrecognised[architecture] = per_platform_refusal(cls, module, variants)
+                self.per_platform += (architecture,)
+            return None
         chain = self.chains.registered(module, cls)
         if chain is not None and chain.declares_eagle3:
             self.native[architecture] = model_types(architecture, module)
@@ -257,7 +271,18 @@ class _FamilyFinder:
             self.native,
             self.wrappers,
             self.encoder_decoder,
+            self.per_platform,
         )
+
+
+def per_platform_refusal(cls: str, module: str, variants: tuple[ClassInfo, ...]) -> str:
+    """Why a class picked per platform is no target: this tool judges and patches one class per architecture, and
+    claims no target whose CUDA class it has not patched."""
+    where = ", ".join(f"{variant.module.replace('.', '/')}.py" for variant in variants)
+    return (
+        f"{module} picks {cls} per platform ({where}) and not every one implements EAGLE-3; "
+        "this tool patches no platform-split package yet"
+    )
 
 
 def encode(discovery: Discovery) -> dict:
@@ -278,6 +303,7 @@ def encode(discovery: Discovery) -> dict:
         "native": discovery.native,
         "wrappers": {a: wrapper(w) for a, w in discovery.wrappers.items()},
         "encoder_decoder": list(discovery.encoder_decoder),
+        "per_platform": list(discovery.per_platform),
     }
 
 
@@ -310,7 +336,8 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
         wrappers = {a: replace(w, family=by_key[tuple(w.family)] if w.family else None) for a, w in wrappers.items()}
         unrecognised = dict(data["unrecognised"])
         encoder_decoder = tuple(data["encoder_decoder"])
-        return Discovery(tuple(families), architectures, unrecognised, native, wrappers, encoder_decoder)
+        per_platform = tuple(data["per_platform"])
+        return Discovery(tuple(families), architectures, unrecognised, native, wrappers, encoder_decoder, per_platform)
 
     return decode
 

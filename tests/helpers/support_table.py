@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 RELEASES_DOC = REPO / "docs" / "releases.md"
 ARCHITECTURES_DOC = REPO / "docs" / "architectures.md"
-ARCHITECTURE_RELEASES = ("0.17.1", "0.21.0", "0.33.0")
+ARCHITECTURE_RELEASES = ("0.17.1", "0.21.0", "0.33.0", "0.34.0")
 """The releases of the per-architecture table (issue 19's three); every corpus release gets its counts."""
 AFTER_APPLY = {
     "native": "native",
@@ -183,14 +183,20 @@ def release_table(by_release: dict[str, ReleaseFacts]) -> str:
 def interface_table(by_release: dict[str, ReleaseFacts]) -> str:
     """What each release's runner and gate ask of a target (``eagle3/release.py``'s reading)."""
     rows = {release: found.interface for release, found in by_release.items()}
-    header = ("`SupportsEagle3`", "the getter the runner calls", "gate file", "gate")
+    header = (
+        "`SupportsEagle3`",
+        "the getter the runners call",
+        "the runners (files calling the setter)",
+        "gate file",
+        "gate",
+    )
     return markdown(header, grouped(rows))
 
 
 def interface_cells(release: Release) -> tuple[str, ...]:
     interface = release.interface
     if interface is None:
-        return ("no EAGLE-3", "-", "-", "-")
+        return ("no EAGLE-3", "-", "-", "-", "-")
     gate_file = release.gate_file or "-"
     source = release.read(gate_file) if release.gate_file else None
     listed = whitelisted(source) if source else None
@@ -202,7 +208,8 @@ def interface_cells(release: Release) -> tuple[str, ...]:
     else:
         gate, gate_file = "none: `supports_eagle3` alone", "-"
     protocol = "yes" if interface.protocol else "no (methods by name)"
-    return (protocol, f"`{interface.getter}`", f"`{gate_file}`" if gate_file != "-" else "-", gate)
+    runners = ", ".join(f"`{path}`" for path in interface.runners)
+    return (protocol, f"`{interface.getter}`", runners, f"`{gate_file}`" if gate_file != "-" else "-", gate)
 
 
 def architecture_counts(by_release: dict[str, ReleaseFacts]) -> str:

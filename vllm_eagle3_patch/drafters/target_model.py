@@ -100,6 +100,8 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     module = entry[0] if entry else None
     if plan.release.unknown is not None:
         return TargetModel(architecture, module, None, (), unknown=plan.release.no_eagle3)
+    if architecture in plan.discovery.per_platform:  # picked per platform: the CUDA class may be another than judged
+        return TargetModel(architecture, module, None, (), refusal=plan.discovery.unrecognised.get(architecture))
     found = plan.discovery.wrappers.get(architecture)
     if entry is not None and found is not None:
         return _through_a_wrapper(plan, architecture, entry, found, config)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ..python_layout import Layout, Layouts, layout_of, python_tree
@@ -122,6 +122,16 @@ class ChainReader:
             return self._class(*imported)
         return None
 
+    def platform_variants(self, module: str, name: str) -> tuple[ClassInfo, ...]:
+        """The classes a platform-split package (``vllm.models.hy_v4``, 0.22.0 on) binds ``name`` to, one per
+        import of it (``nvidia/``, ``amd/``, the generic model file), where it imports it from more than one
+        module: which one a process gets depends on its platform, so each must be judged.  () elsewhere."""
+        parsed = self._module(module)
+        if parsed is None or name in parsed.classes or len(parsed.variants.get(name, ())) < 2:
+            return ()
+        found = (self._class(*binding) for binding in parsed.variants[name])
+        return tuple(dict.fromkeys(cls for cls in found if cls is not None))
+
     def defined_in(self, module: str, name: str) -> Optional[ClassInfo]:
         """``name`` as a class ``module``'s own file defines (what :meth:`resolve` finds there, without reading
         the files the others are imported from)."""
@@ -204,6 +214,8 @@ class _Module:
     imports: dict[str, tuple[str, str]]
     """A name bound by ``from .x import Y [as Z]`` -> (``x``, ``Y``)."""
     layout: Layout
+    variants: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """A name bound by imports from several modules (one per platform) -> each binding, in the file's order."""
 
 
 def _parse(module: str, source: Optional[str], is_package: bool = False) -> Optional[_Module]:
@@ -237,14 +249,17 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
         for node in tree.body
         if isinstance(node, ast.ClassDef)
     }
-    imports = {}
+    imports: dict[str, tuple[str, str]] = {}
+    bindings: dict[str, list[tuple[str, str]]] = {}
     for node in _statements(tree):
         if isinstance(node, ast.ImportFrom):
             source_module = _imported_module(module, node, is_package)
             if source_module is not None:
                 for alias in node.names:
                     imports[alias.asname or alias.name] = (source_module, alias.name)
-    return _Module(classes, imports, layout_of(tree))
+                    bindings.setdefault(alias.asname or alias.name, []).append((source_module, alias.name))
+    variants = {name: tuple(dict.fromkeys(found)) for name, found in bindings.items() if len(set(found)) > 1}
+    return _Module(classes, imports, layout_of(tree), variants)
 
 
 _BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")

@@ -360,9 +360,9 @@ def call_sites(path: str, source: Optional[str]) -> tuple[CallSite, ...]:
     for function in ast.walk(tree):
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.name == SETTER:
             continue
-        own = list(_own_nodes(function))
-        if any(_calls(node, SETTER) for node in own):
-            asked = {node.func.attr for node in own if _calls(node) and GETTER_PATTERN.fullmatch(node.func.attr)}
+        called = [name for name in map(_method_called, _own_nodes(function)) if name is not None]
+        if SETTER in called:
+            asked = {name for name in called if GETTER_PATTERN.fullmatch(name)}
             getter = asked.pop() if len(asked) == 1 else None
             sites.append(CallSite(path, getter, checks_with))
     return tuple(sites)
@@ -380,11 +380,11 @@ def _own_nodes(function: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _calls(node: ast.AST, name: Optional[str] = None) -> bool:
-    """``node`` is a call of a method (``x.name(...)``; any name where ``name`` is None)."""
-    return (
-        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (name is None or node.func.attr == name)
-    )
+def _method_called(node: ast.AST) -> Optional[str]:
+    """The method ``node`` calls (``x.name(...)`` -> ``name``), None where it is no such call."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
 
 
 def module_name(path: str) -> str:

@@ -101,8 +101,8 @@ class Tree:
         needles = {literal: literal.encode("utf-8") for literal in literals}
         hits: dict[str, list[str]] = {literal: [] for literal in literals}
         for relative in self.files():
-            data = self._raw(relative)
-            for literal, needle in needles.items() if data is not None else ():
+            data = self._raw(relative) or b""
+            for literal, needle in needles.items():
                 if needle in data:
                     hits[literal].append(relative)
         return {literal: tuple(found) for literal, found in hits.items()}

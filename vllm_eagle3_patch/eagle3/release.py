@@ -18,10 +18,13 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..python_layout import Layouts
 from .tree import ListFiles, ReadFile, Searched, Tree, file_reader, module_of
+
+if TYPE_CHECKING:
+    from .drafter_id_fields import IdField
 
 __all__ = ["ReadFile", "file_reader"]  # re-exported: the tree's reader is the release's
 
@@ -279,11 +282,25 @@ class Release:
         return any(self.tree.search(sign) for sign in LANGUAGE_MODEL_EMBEDDING)
 
     @cached_property
-    def reads_drafter_ids(self) -> bool:
-        """Whether a runner takes the drafter's top-level ids over the target's (0.11.1 on)."""
+    def drafter_id_fields(self) -> dict[str, Optional[tuple[IdField, ...]]]:
+        """Per runner, the drafter-config fields it reads ids from, first match first, with the shift it applies
+        (None: its code reads them in a way this tool cannot follow).  They differ between releases and between
+        the two runners of one release, so they are read from the runners' code, never tabled."""
+        from .drafter_id_fields import id_fields  # it names the release's fields: imported here, not above
+
         interface = self.interface
         runners = interface.runners if interface is not None else ()
-        return any(DRAFTER_IDS_FIELD in (self.read(path) or "") for path in runners)
+        return {path: id_fields(self.read(path) or "") for path in runners}
+
+    @cached_property
+    def reads_drafter_ids(self) -> bool:
+        """Whether a runner takes the drafter's top-level ids over the target's (0.11.1 on)."""
+        return any(
+            DRAFTER_IDS_FIELD in (self.read(path) or "")
+            if fields is None
+            else any(field.path == (DRAFTER_IDS_FIELD,) for field in fields)
+            for path, fields in self.drafter_id_fields.items()
+        )
 
 
 def registry_entries(source: str, only: Optional[str] = None) -> dict[str, tuple[str, str]]:

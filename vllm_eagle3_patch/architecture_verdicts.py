@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, replace
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 from .catalog import FAMILIES
 from .codemod.family import FoundWrapper
 from .codemod.patch import State
-from .discovery import Discovery, model_types
+from .discovery import Discovery, PlatformVariant, model_types
 from .drafters.gate import GateVerdict, gate_verdict
 from .eagle3.class_chain import Chain, ChainReader
 from .patches.pipeline_relay import carries_aux_across_ranks
-from .plan import FilePlan, Plan
+from .plan import FilePlan, Plan, least_finished
 
 VERDICTS = ("native", "patched", "patchable", "gated", "refused")
 
@@ -90,7 +90,37 @@ class Unserved:
     """Discovery's reason, a free-form string fact: the codemod or the rule names what was not there."""
 
 
-RunnerReason = Union[Unreadable, FamilyFile, WrapperFile, Implements, AnotherFamilysFile, Unserved]
+@dataclass(frozen=True)
+class VariantStanding:
+    """One platform's class of an architecture picked per platform, and how far along it is."""
+
+    variant: PlatformVariant
+    file: Optional[FilePlan] = None
+    """The file of the family that patches it (None: native, or refused with ``variant.refusal``)."""
+
+    @property
+    def state(self) -> Optional[State]:
+        """Its state (None: refused)."""
+        if self.variant.native:
+            return State.NATIVE
+        return self.file.state if self.file is not None else None
+
+
+@dataclass(frozen=True)
+class PerPlatform:
+    """A platform-split package picks the class per platform: the classes CUDA imports decide (every one, where no
+    variant is CUDA's by its package); the others are named, target or not."""
+
+    cls: str
+    module: str
+    variants: tuple[VariantStanding, ...]
+
+    @property
+    def deciding(self) -> tuple[VariantStanding, ...]:
+        return tuple(v for v in self.variants if v.variant.cuda) or self.variants
+
+
+RunnerReason = Union[Unreadable, FamilyFile, WrapperFile, Implements, AnotherFamilysFile, Unserved, PerPlatform]
 
 
 class GateSays(enum.Enum):
@@ -181,8 +211,9 @@ def judge(
 
     if chain is None:
         return verdict("refused", Unreadable(module, cls))
-    if architecture in discovery.per_platform:
-        return verdict("refused", Unserved(cls, module, discovery.unrecognised.get(architecture)))
+    variants = discovery.per_platform.get(architecture)
+    if variants is not None:
+        return _per_platform(verdict, PerPlatform(cls, module, _standings(variants, files, discovery)))
     found = discovery.architectures.get(architecture)
     for family in (*FAMILIES, *([found] if found else [])):
         family_module = family.path.removesuffix(".py").replace("/", ".")
@@ -201,6 +232,29 @@ def judge(
     if found is not None:  # found by rule, but its file is another family's
         return verdict("refused", AnotherFamilysFile(found.path, found.causal_lm))
     return verdict("refused", Unserved(cls, module, discovery.unrecognised.get(architecture)))
+
+
+def _standings(
+    variants: tuple[PlatformVariant, ...], files: dict[str, FilePlan], discovery: Discovery
+) -> tuple[VariantStanding, ...]:
+    def file(variant: PlatformVariant) -> Optional[FilePlan]:
+        wrapper = discovery.wrappers.get(variant.wrapper) if variant.wrapper else None
+        if wrapper is not None:
+            return files.get(wrapper.wrapper.path)
+        family = discovery.family_of(variant.family, FAMILIES) if variant.family else None
+        return files.get(family.path) if family is not None else None
+
+    return tuple(VariantStanding(variant, file(variant)) for variant in variants)
+
+
+def _per_platform(verdict: Callable[..., ArchitectureVerdict], reason: PerPlatform) -> ArchitectureVerdict:
+    """Refused where a deciding class is; else as far along as the least finished of them."""
+    states = [v.state for v in reason.deciding]
+    if any(state is None for state in states):
+        return verdict("refused", reason)
+    state = least_finished(s for s in states if s is not None)
+    family = next((f.file.family for f in reason.deciding if f.file is not None), None)
+    return verdict(_FROM_STATE[state] if state is not None else "refused", reason, family)
 
 
 def _through_a_wrapper(

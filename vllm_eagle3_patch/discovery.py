@@ -14,7 +14,7 @@ here (:data:`MODEL_TYPES`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from .codemod.family import Family, FoundWrapper, Wrapper
 from .codemod.two_processes import on_two_processes
@@ -113,6 +113,26 @@ models transformers does not know are listed from their checkpoints' ``config.js
 
 
 @dataclass(frozen=True)
+class PlatformVariant:
+    """One platform's class of an architecture whose package picks it per platform (``vllm.models.hy_v4``
+    imports ``nvidia/model.py``'s on CUDA, ``amd/model.py``'s on ROCm)."""
+
+    path: str
+    """The variant's file, relative to ``vllm/``."""
+    cls: str
+    cuda: bool
+    """The class a CUDA process imports (``eagle3/platforms.py``): its verdict decides."""
+    native: bool = False
+    family: Optional[tuple[str, str]] = None
+    """(file, causal LM) of the family that patches it, catalogued or found by rule."""
+    refusal: Optional[str] = None
+    """Why neither: what the rule did not find."""
+    wrapper: Optional[str] = None
+    """For a multimodal class: the key in ``Discovery.wrappers`` of the wrapper found by rule that serves it
+    (``<architecture>@<file>``: one per platform's class)."""
+
+
+@dataclass(frozen=True)
 class Discovery:
     """The families found by rule, and why each other refused architecture has none."""
 
@@ -125,12 +145,17 @@ class Discovery:
     """Each architecture whose registered class implements EAGLE-3 itself -> its checkpoints' model types: the
     runner accepts it, and on releases with a whitelist only the gate can still refuse it (Mistral on 0.17.1)."""
     wrappers: dict[str, FoundWrapper] = field(default_factory=dict)
-    """Each multimodal architecture served through a wrapper found by rule (``multimodal.py``)."""
+    """Each multimodal architecture served through a wrapper found by rule (``multimodal.py``); a class a package
+    picks per platform under ``<architecture>@<file>`` (``PlatformVariant.wrapper``)."""
     encoder_decoder: tuple[str, ...] = ()
     """The multimodal architectures refused as encoder-decoder models (Whisper), which no rule serves."""
-    per_platform: tuple[str, ...] = ()
-    """The architectures whose class a platform-split package picks per platform, not all of them native: refused
-    (their reason is in ``unrecognised``), whatever file the generic binding leads to."""
+    per_platform: dict[str, tuple[PlatformVariant, ...]] = field(default_factory=dict)
+    """The architectures whose class a platform-split package picks per platform -> each platform's class, judged
+    apart: a target where the class CUDA imports is served (every variant, where none is CUDA's by its package)."""
+
+    def family_of(self, key: tuple[str, str], known: tuple[Family, ...] = ()) -> Optional[Family]:
+        """The family (catalogued in ``known``, or found) whose (file, causal LM) is ``key``."""
+        return next((f for f in (*known, *self.families) if (f.path, f.causal_lm) == tuple(key)), None)
 
 
 def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
@@ -182,7 +207,7 @@ class _FamilyFinder:
         self.native: dict[str, tuple[str, ...]] = {}
         self.wrappers: dict[str, FoundWrapper] = {}
         self.encoder_decoder: tuple[str, ...] = ()
-        self.per_platform: tuple[str, ...] = ()
+        self.per_platform: dict[str, tuple[PlatformVariant, ...]] = {}
 
     @property
     def families(self) -> tuple[Family, ...]:
@@ -193,12 +218,14 @@ class _FamilyFinder:
         per platform (native only where every platform's class is)."""
         variants = self.chains.platform_variants(registry_module(module), cls)
         if variants:
-            chains = [self.chains.chain(variant.module, variant.name) for variant in variants]
-            if all(chain is not None and chain.declares_eagle3 for chain in chains):
+            cuda = self.chains.cuda_variant(registry_module(module), cls)
+            multimodal = architecture in self.release.multimodal_models
+            judged = tuple(
+                self._variant(architecture, module, variant, variant == cuda, multimodal) for variant in variants
+            )
+            self.per_platform[architecture] = judged
+            if all(v.native for v in judged if v.cuda) and any(v.cuda for v in judged):
                 self.native[architecture] = model_types(architecture, module)
-            else:
-                self.unrecognised[architecture] = per_platform_refusal(cls, module, variants)
-                self.per_platform += (architecture,)
             return None
         chain = self.chains.registered(module, cls)
         if chain is not None and chain.declares_eagle3:
@@ -224,26 +251,46 @@ class _FamilyFinder:
         self._add(architecture, key, family, model_types(architecture, module))
         return True
 
-    def found_by_rule(
-        self,
-        architecture: str,
-        module: str,
-        chain: Chain,
-        attribute: Optional[str] = None,
-        answers_model: bool = False,
-    ) -> bool:
-        """The family of a class that builds a decoder of its own file (in ``attribute``, where given), whose
-        model (what the class runs as its language model) ``answers_model`` with itself where asked."""
+    def _variant(
+        self, architecture: str, module: str, variant: ClassInfo, cuda: bool, multimodal: bool
+    ) -> PlatformVariant:
+        """One platform's class, judged as a registered class is: native, a catalogued family's, a multimodal wrapper
+        or a family found by rule (added to those ``apply`` patches), else refused with what the rule did not find."""
+        path = f"{variant.module.replace('.', '/')}.py"
+        chain = self.chains.chain(variant.module, variant.name)
+        if chain is None:
+            return PlatformVariant(path, variant.name, cuda, refusal=f"no class {variant.name} this tool can read")
+        if chain.declares_eagle3:
+            return PlatformVariant(path, variant.name, cuda, native=True)
+        known = next((f for f in self.known if chain.includes(module_of(f.path), f.causal_lm)), None)
+        if known is not None:
+            return PlatformVariant(path, variant.name, cuda, family=(known.path, known.causal_lm))
+        if multimodal:
+            wrapper = find_wrapper(self.release, self.chains, chain, self.families)
+            if isinstance(wrapper, FoundWrapper):
+                key = f"{architecture}@{path}"
+                self.wrappers[key] = replace(wrapper, model_types=model_types(architecture, module))
+                return PlatformVariant(path, variant.name, cuda, wrapper=key)
+        found = self._family_by_rule(variant.module, chain)
+        if isinstance(found, str):
+            return PlatformVariant(path, variant.name, cuda, refusal=found)
+        key, family = found
+        self.found[key] = _with_types(family, model_types(architecture, module))
+        return PlatformVariant(path, variant.name, cuda, family=(family.path, family.causal_lm))
+
+    def _family_by_rule(
+        self, module: str, chain: Chain, attribute: Optional[str] = None
+    ) -> Union[tuple[tuple[str, str], Family], str]:
+        """The family of a class that builds a decoder of its own file (in ``attribute``, where given) and its key,
+        or why there is none."""
         held = _held_model(self.chains, chain.classes, attribute)
         if held is None:
-            self.unrecognised[architecture] = (
+            return (
                 f"{chain.classes[0].name} ({module}.py): no class on its chain builds a model class of its own file "
                 "in __init__ (self.model = <Model>(...)), which would be the decoder"
             )
-            return False
         causal_lm, held_in, model = held
         key = (causal_lm.module, causal_lm.name)
-        types = model_types(architecture, module)
         family = self.found.get(key) or Family(
             causal_lm.name,
             f"{causal_lm.module.replace('.', '/')}.py",
@@ -254,6 +301,24 @@ class _FamilyFinder:
             forward_from=_forward_from(self.chains, model, self.families),
             runs_upstream_capture=_runs_upstream_capture(self.chains, model),
         )
+        return key, family
+
+    def found_by_rule(
+        self,
+        architecture: str,
+        module: str,
+        chain: Chain,
+        attribute: Optional[str] = None,
+        answers_model: bool = False,
+    ) -> bool:
+        """The family of a class that builds a decoder of its own file (in ``attribute``, where given), whose
+        model (what the class runs as its language model) ``answers_model`` with itself where asked."""
+        found = self._family_by_rule(module, chain, attribute)
+        if isinstance(found, str):
+            self.unrecognised[architecture] = found
+            return False
+        key, family = found
+        types = model_types(architecture, module)
         self._add(architecture, key, replace(family, answers_model=family.answers_model or answers_model), types)
         return True
 
@@ -275,16 +340,6 @@ class _FamilyFinder:
         )
 
 
-def per_platform_refusal(cls: str, module: str, variants: tuple[ClassInfo, ...]) -> str:
-    """Why a class picked per platform is no target: this tool judges and patches one class per architecture, and
-    claims no target whose CUDA class it has not patched."""
-    where = ", ".join(f"{variant.module.replace('.', '/')}.py" for variant in variants)
-    return (
-        f"{module} picks {cls} per platform ({where}) and not every one implements EAGLE-3; "
-        "this tool patches no platform-split package yet"
-    )
-
-
 def encode(discovery: Discovery) -> dict:
     """A JSON form of ``discovery`` for the cache: a family by its file and causal LM (:func:`_key`), since two
     files may hold causal LMs of one name (``mixtral.py`` and ``mixtral_quant.py``: ``MixtralForCausalLM``)."""
@@ -303,7 +358,7 @@ def encode(discovery: Discovery) -> dict:
         "native": discovery.native,
         "wrappers": {a: wrapper(w) for a, w in discovery.wrappers.items()},
         "encoder_decoder": list(discovery.encoder_decoder),
-        "per_platform": list(discovery.per_platform),
+        "per_platform": {a: [vars(v) for v in variants] for a, variants in discovery.per_platform.items()},
     }
 
 
@@ -336,7 +391,10 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
         wrappers = {a: replace(w, family=by_key[tuple(w.family)] if w.family else None) for a, w in wrappers.items()}
         unrecognised = dict(data["unrecognised"])
         encoder_decoder = tuple(data["encoder_decoder"])
-        per_platform = tuple(data["per_platform"])
+        per_platform = {
+            a: tuple(PlatformVariant(**{**v, "family": tuple(v["family"]) if v["family"] else None}) for v in variants)
+            for a, variants in data["per_platform"].items()
+        }
         return Discovery(tuple(families), architectures, unrecognised, native, wrappers, encoder_decoder, per_platform)
 
     return decode
@@ -360,6 +418,11 @@ def serving(
         chain = chains.registered(*release.registry[architecture])
         served = [f.name for f in families if chain is not None and chain.includes(module_of(f.path), f.causal_lm)]
         names.update(served)
+        for variant in discovery.per_platform.get(architecture, ()):  # every platform's class: each is patched
+            family = discovery.family_of(variant.family, families) if variant.family else None
+            names.update([family.name] if family else [])
+            wrapper = discovery.wrappers.get(variant.wrapper) if variant.wrapper else None
+            names.update((wrapper.name, *([wrapper.family.name] if wrapper.family else [])) if wrapper else ())
     return names
 
 

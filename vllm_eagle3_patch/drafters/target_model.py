@@ -15,7 +15,7 @@ from typing import Optional
 from ..catalog import FAMILIES
 from ..codemod.family import Family, FoundWrapper
 from ..codemod.patch import State
-from ..discovery import model_types
+from ..discovery import PlatformVariant, model_types
 from ..eagle3.class_chain import ChainReader, registry_module
 from ..eagle3.release import PROPOSER_FILES
 from ..errors import ToolError
@@ -100,8 +100,9 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     module = entry[0] if entry else None
     if plan.release.unknown is not None:
         return TargetModel(architecture, module, None, (), unknown=plan.release.no_eagle3)
-    if architecture in plan.discovery.per_platform:  # picked per platform: the CUDA class may be another than judged
-        return TargetModel(architecture, module, None, (), refusal=plan.discovery.unrecognised.get(architecture))
+    variants = plan.discovery.per_platform.get(architecture)
+    if variants is not None and entry is not None:
+        return _per_platform(plan, architecture, entry, variants, config)
     found = plan.discovery.wrappers.get(architecture)
     if entry is not None and found is not None:
         return _through_a_wrapper(plan, architecture, entry, found, config)
@@ -132,6 +133,36 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     files = tuple(f for f in plan.files if f.path in paths)
     types = named or family.model_types
     return TargetModel(architecture, module, family, files, gate(types), False, config is not None)
+
+
+def _per_platform(
+    plan: Plan,
+    architecture: str,
+    entry: tuple[str, str],
+    variants: tuple[PlatformVariant, ...],
+    config: Optional[ModelConfig],
+) -> TargetModel:
+    """A class a package picks per platform: the class CUDA imports decides (every one, where the package's guards
+    cannot tell), native, patched by its family, or handing EAGLE-3 on to its language model."""
+    module = entry[0]
+    deciding = [v for v in variants if v.cuda] or list(variants)
+    refused = next((v for v in deciding if v.refusal is not None), None)
+    if refused is not None:
+        return TargetModel(architecture, module, None, (), refusal=f"{refused.path}: {refused.refusal}")
+    wrapped = [plan.discovery.wrappers[v.wrapper] for v in deciding if v.wrapper in plan.discovery.wrappers]
+    if wrapped and len(deciding) == 1:
+        return _through_a_wrapper(plan, architecture, entry, wrapped[0], config)
+    if wrapped:
+        return TargetModel(architecture, module, None, (), refusal="classes of several platforms hand EAGLE-3 on")
+    checkpoint_type = str(config.text.get("model_type", "")) if config else None
+    types = (checkpoint_type,) if checkpoint_type is not None else model_types(architecture, module)
+    gate = gate_verdict(plan, types)
+    families = [plan.discovery.family_of(v.family, FAMILIES) for v in deciding if v.family is not None]
+    if not families:  # every deciding class is native
+        return TargetModel(architecture, module, None, (), gate, True, config is not None)
+    paths = {family.path for family in families if family is not None}
+    files = tuple(f for f in plan.files if f.path in paths)
+    return TargetModel(architecture, module, families[0], files, gate, False, config is not None)
 
 
 def _through_a_wrapper(

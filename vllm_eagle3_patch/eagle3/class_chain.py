@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ..python_layout import Layout, Layouts, layout_of, python_tree
 from .loop_shapes import may_be_a_decoder_loop
+from .platforms import cuda_binding
 from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 from .release import MODELS_MODULE as MODELS
 
@@ -132,6 +133,13 @@ class ChainReader:
         found = (self._class(*binding) for binding in parsed.variants[name])
         return tuple(dict.fromkeys(cls for cls in found if cls is not None))
 
+    def cuda_variant(self, module: str, name: str) -> Optional[ClassInfo]:
+        """Of :meth:`platform_variants`, the class a CUDA process imports (``eagle3/platforms.py``); None where the
+        package's guards cannot tell."""
+        parsed = self._module(module)
+        binding = parsed.on_cuda.get(name) if parsed is not None else None
+        return self._class(*binding) if binding is not None else None
+
     def defined_in(self, module: str, name: str) -> Optional[ClassInfo]:
         """``name`` as a class ``module``'s own file defines (what :meth:`resolve` finds there, without reading
         the files the others are imported from)."""
@@ -216,6 +224,8 @@ class _Module:
     layout: Layout
     variants: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     """A name bound by imports from several modules (one per platform) -> each binding, in the file's order."""
+    on_cuda: dict[str, Optional[tuple[str, str]]] = field(default_factory=dict)
+    """Of ``variants``, the binding a CUDA process runs (None: the guards cannot tell)."""
 
 
 def _parse(module: str, source: Optional[str], is_package: bool = False) -> Optional[_Module]:
@@ -259,7 +269,9 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
                     imports[alias.asname or alias.name] = (source_module, alias.name)
                     bindings.setdefault(alias.asname or alias.name, []).append((source_module, alias.name))
     variants = {name: tuple(dict.fromkeys(found)) for name, found in bindings.items() if len(set(found)) > 1}
-    return _Module(classes, imports, layout_of(tree), variants)
+    resolve = lambda node: _imported_module(module, node, is_package)
+    on_cuda = {name: cuda_binding(tree, name, resolve) for name in variants}
+    return _Module(classes, imports, layout_of(tree), variants, on_cuda)
 
 
 _BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")

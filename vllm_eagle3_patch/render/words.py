@@ -12,6 +12,7 @@ from ..architecture_verdicts import (
     GateSays,
     Implements,
     LanguageModel,
+    PerPlatform,
     RunnerReason,
     Unreadable,
     Unserved,
@@ -53,6 +54,16 @@ def architecture_reason(verdict: ArchitectureVerdict) -> str:
     return f"{reason}; {refusal}: {file_reason(gate.file.because)}"
 
 
+def per_platform_reason(reason: PerPlatform) -> str:
+    """Each platform's class and where it stands; which of them decide (the ones CUDA imports)."""
+    deciding = "the CUDA class decides" if any(v.variant.cuda for v in reason.variants) else "every one decides"
+    return f"{registry_module(reason.module)} picks {reason.cls} per platform ({deciding}): " + "; ".join(
+        f"{v.variant.path} is {v.state.value if v.state else 'refused'}"
+        + (f" ({v.variant.refusal})" if v.variant.refusal else "")
+        for v in reason.variants
+    )
+
+
 def runner_reason(reason: RunnerReason) -> str:
     """Why the runner accepts or refuses the class the registry names."""
     if isinstance(reason, Unreadable):
@@ -67,6 +78,8 @@ def runner_reason(reason: RunnerReason) -> str:
         return f"{reason.cls} implements SupportsEagle3{where}"
     if isinstance(reason, AnotherFamilysFile):
         return f"{reason.path} is patched for another family, which does not cover {reason.causal_lm}"
+    if isinstance(reason, PerPlatform):
+        return per_platform_reason(reason)
     unserved: Unserved = reason
     lacks = f"{unserved.cls} ({unserved.module}.py) lacks SupportsEagle3"
     return unserved.unrecognised or f"{lacks}, and no model family this tool patches serves it"

@@ -48,13 +48,16 @@ def test_inheritance_across_files_and_the_families(release):
         assert found[architecture]["verdict"] == "patchable", found[architecture]
 
 
-@pytest.mark.parametrize("version", ["0.17.1", "0.21.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.17.1", "0.21.0", "0.33.0", "0.34.0"])
 def test_most_registered_architectures_are_eagle3_targets_and_the_others_say_why(release, version):
     """Native or patchable by rule, nine in ten, each other one refused with what was not recognised."""
     found = verdicts(release(version))
     targets = [a for a, v in found.items() if v["verdict"] in ("native", "patchable", "gated")]
     assert len(targets) >= 0.9 * len(found), f"{len(targets)} of {len(found)}"
-    for architecture in ("Qwen2MoeForCausalLM", "OlmoeForCausalLM", "Exaone4ForCausalLM", "Glm4MoeLiteForCausalLM"):
+    examples = ("Qwen2MoeForCausalLM", "OlmoeForCausalLM", "Exaone4ForCausalLM", "Glm4MoeLiteForCausalLM")
+    registered = [a for a in examples if a in found]  # 0.34.0 serves OLMoE through its transformers backend
+    assert len(registered) >= 3, registered
+    for architecture in registered:
         assert found[architecture]["verdict"] in ("native", "patchable"), found[architecture]
     refused = [v for v in found.values() if v["verdict"] == "refused"]
     assert all(".py" in v["reason"] and len(v["reason"]) > 60 for v in refused), refused  # the file, and why

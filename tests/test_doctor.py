@@ -84,7 +84,7 @@ def test_specforge_deepseek_v3_drafter_on_unpatched_then_patched_vllm(release, c
     assert report["consistent"] is False
     assert finding(report, "vLLM")["verdict"] == "problem"
     assert finding(report, "convention")["verdict"] == "ok" and "sglang" in finding(report, "convention")["detail"]
-    assert "ignores ids nested under eagle_config" in finding(report, "ids")["detail"]
+    assert "model runner V1 (the default on a GPU) ignores them" in finding(report, "ids")["detail"]
     assert report["captured"] == report["expected"] == [2, 30, 58]
 
     run_fix(finding(report, "vLLM")["fix"])
@@ -124,7 +124,7 @@ def test_top_level_ids_are_read_from_0_11_1(release, checkpoints, version, reads
     drafter, target = checkpoints({**LLAMA_DRAFTER, FIELD: [3, 31, 59]})
     assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
     report = doctor(package_dir, drafter, target)
-    assert ("reads them" in finding(report, "ids")["detail"]) is reads
+    assert (f"reads {FIELD} [3, 31, 59]: layers [3, 31, 59]" in finding(report, "ids")["detail"]) is reads
     assert report["expected"] == [3, 31, 59]
     if reads:
         assert report["consistent"] is True and report["captured"] == [3, 31, 59]
@@ -365,3 +365,41 @@ def test_pipeline_parallelism_is_judged_by_release_and_target(
     drafter, target_dir = checkpoints(LLAMA_DRAFTER, target)
     found = finding(doctor(package_dir, drafter, target_dir), "pipeline")
     assert found["verdict"] == verdict and says in found["detail"], found
+
+
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 7168,
+    "num_hidden_layers": 32,
+    "vocab_size": 129280,
+}
+SPECFORGE_MIXTRAL = {**LLAMA_DRAFTER, "eagle_config": {FIELD: [1, 15, 28]}}  # SGLang's default for 32 layers
+
+
+@pytest.mark.parametrize(
+    ("version", "captured", "runner"),
+    [
+        # V1 serves Mixtral by default and reads nested ids as its own (0.22.0 - 0.33.0): one layer off
+        pytest.param("0.24.0", [1, 15, 28], "model runner V1 (the default on a GPU) reads eagle_config", id="v1"),
+        # V2 serves every model by default and reads no nested eagle_aux_hidden_state_layer_ids: the target's getter
+        pytest.param("0.33.0", [2, 16, 29], "model runner V2 (the default on a GPU) ignores them", id="v2"),
+    ],
+)
+def test_the_runner_a_gpu_user_gets_decides_which_drafter_ids_are_read(release, checkpoints, version, captured, runner):
+    """Issue 39.2: the drafter-id fields are read from each runner's own code, and the runner a GPU user gets for
+    the target decides; the fix (top-level ids, which every runner reads first, as they are) makes it consistent."""
+    package_dir = release(version)
+    drafter, target = checkpoints(SPECFORGE_MIXTRAL, MIXTRAL)
+    assert run_cli("--vllm-dir", str(package_dir), "apply").returncode == 0
+    report = doctor(package_dir, drafter, target)
+    assert runner in finding(report, "ids")["detail"]
+    assert report["captured"] == captured and report["expected"] == [2, 16, 29]
+    layers = finding(report, "layers")
+    if captured == report["expected"]:
+        assert layers["verdict"] == "ok" and report["consistent"] is True
+        return
+    assert layers["verdict"] == "problem" and report["consistent"] is False
+    run_fix(layers["fix"])
+    fixed = doctor(package_dir, drafter, target)
+    assert fixed["captured"] == [2, 16, 29] and fixed["consistent"] is True

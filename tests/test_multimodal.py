@@ -18,7 +18,8 @@ from vllm_eagle3_patch.eagle3.release import Release
 
 TARGET_SHARE = {"0.17.1": 0.9, "0.21.0": 0.9, "0.33.0": 0.9, "0.34.0": 0.9}
 """Of the decoder-only multimodal architectures, the share that are EAGLE-3 targets after ``apply`` (83 of 92, 96 of
-105, 113 of 124, 114 of 126; on 0.34.0 a class a package picks per platform counts by the class CUDA imports): the others are refused with their reason, half of them because vLLM's proposer could not take the
+105, 113 of 124, 114 of 126; on 0.34.0 a class a package picks per platform counts by the class CUDA imports): the
+others are refused with their reason, half of them because vLLM's proposer could not take the
 embedding from their language model (upstream's ``LlamaModel`` in Phi-4-MM and Idefics3, the ASR models' nested
 decoders, DiffusionGemma's ``Gemma4Model``)."""
 SERVED_THROUGH_A_WRAPPER = (

@@ -17,9 +17,10 @@ from typing import Optional, Union
 from ..codemod.patch import State
 from ..eagle3 import layer_ids
 from ..eagle3.class_chain import ChainReader
+from ..eagle3.drafter_id_fields import read_ids
 from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
-from ..eagle3.release import GETTERS, Lookup, Release
+from ..eagle3.release import GETTERS, GpuDefault, Lookup, Release
 from ..patches.pipeline_relay import carries_aux_across_ranks
 from ..plan import Plan, least_finished
 from .doctor_facts import (
@@ -43,6 +44,7 @@ from .doctor_facts import (
     PipelineFacts,
     ReleaseFacts,
     Remedy,
+    RunnerRead,
     Serving,
     SetDrafterConfig,
     SizeFacts,
@@ -247,8 +249,30 @@ def needs_target(check: CheckName) -> Finding:
 # --------------------------------------------------------------------------- the layer ids
 
 
+def runner_reads(context: Context) -> tuple[RunnerRead, ...]:
+    """What each GPU runner of the release takes from the drafter's config, read from its own code, and which of them
+    a GPU user gets for the target by default (``Release.gpu_runner``)."""
+    release = context.release
+    architecture = context.target.architecture if context.target is not None else None
+    default = release.gpu_runner(architecture or "") if architecture or release.gpu_default is GpuDefault.ONLY else None
+    return tuple(
+        RunnerRead(path, read_ids(fields, context.drafter.data) if fields is not None else None, fields is not None)
+        if path != default
+        else RunnerRead(path, read_ids(fields, context.drafter.data) if fields is not None else None, True, True)
+        for path, fields in release.drafter_id_fields.items()
+    )
+
+
+def deciding(reads: tuple[RunnerRead, ...]) -> tuple[RunnerRead, ...]:
+    """The runner a GPU user gets, else every runner (they decide together where they agree)."""
+    return tuple(r for r in reads if r.default) or reads
+
+
 def ids_location_finding(context: Context) -> Finding:
-    return Finding(CheckName.IDS, Assessment.NOTE, IdsFacts(context.ids, context.release.reads_drafter_ids))
+    reads = runner_reads(context)
+    read = bool(reads) and all(r.read is not None for r in deciding(reads))
+    facts = IdsFacts(context.ids, read, reads, context.release.gpu_default)
+    return Finding(CheckName.IDS, Assessment.NOTE, facts)
 
 
 def convention_finding(context: Context) -> Finding:
@@ -263,9 +287,14 @@ def convention_finding(context: Context) -> Finding:
 
 def captured_layers(context: Context) -> tuple[Optional[tuple[int, ...]], CaptureSource]:
     """The ids vLLM will capture with this install, and where they come from."""
-    plan, n, found = context.plan, context.num_layers, context.ids
-    if context.release.reads_drafter_ids and found.location is Location.TOP_LEVEL:
-        return found.ids, CaptureSource(Capture.DRAFTER_TOP_LEVEL)
+    plan, n = context.plan, context.num_layers
+    reads = deciding(runner_reads(context))
+    if len({r.used for r in reads}) > 1:  # two runners, other layers, and no telling which serves
+        return None, CaptureSource(Capture.RUNNERS_DIFFER, runners=reads)
+    if reads and not reads[0].readable and context.ids.location is Location.TOP_LEVEL:
+        return context.ids.ids, CaptureSource(Capture.DRAFTER_TOP_LEVEL)  # every release reads the top level first
+    if reads and reads[0].read is not None:
+        return reads[0].read.used, CaptureSource(Capture.DRAFTER_TOP_LEVEL, read=reads[0])
     if n is None:
         return None, CaptureSource(Capture.NO_LAYER_COUNT)
     model = context.model
@@ -308,7 +337,7 @@ def native_layers(context: Context, model: TargetModel, n: int) -> tuple[Optiona
     getters = (interface.getter,) if interface is not None else GETTERS
     default = native_default(chain, context.release.read, getters) if chain is not None else None
     if default is None:
-        return None, CaptureSource(Capture.UNREADABLE_GETTER, model.architecture)
+        return None, CaptureSource(Capture.UNREADABLE_GETTER, architecture=model.architecture)
     ids = default.ids(n)
     if ids is None:
         return None, CaptureSource(Capture.UNEVALUATED_DEFAULT, default=default)
@@ -360,8 +389,9 @@ def layers_finding(
 def fix_layers(
     context: Context, source: CaptureSource, expected: tuple[int, ...]
 ) -> Union[SetDrafterConfig, ApplyAuxLayers]:
-    """Drafter ids vLLM reads can only be corrected in the drafter's config; others by ``apply``."""
-    if source.capture is Capture.DRAFTER_TOP_LEVEL:
+    """Drafter ids vLLM reads can only be corrected in the drafter's config (its top-level ids, which every runner
+    reads first and as they are); others by ``apply``."""
+    if source.capture in (Capture.DRAFTER_TOP_LEVEL, Capture.RUNNERS_DIFFER):
         return SetDrafterConfig(context.drafter.path, FIELD, list(expected))
     return ApplyAuxLayers(expected)
 

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from ..eagle3.drafter_id_fields import IdsRead
 from ..eagle3.native_ids import NativeDefault
-from ..eagle3.release import Lookup
+from ..eagle3.release import GpuDefault, Lookup
 from ..plan import FilePlan, Plan
 from .drafter_config import Convention, DrafterIds, Inference
 from .target_model import TargetModel
@@ -140,11 +141,33 @@ class DraftVocabularyFacts:
 
 
 @dataclass(frozen=True)
+class RunnerRead:
+    """What one GPU runner of the release takes from the drafter's config."""
+
+    runner: str
+    """The runner's file (``eagle3/release.py``: its call site of the setter)."""
+    read: Optional[IdsRead]
+    """The field it takes ids from and the ids it uses (None: it finds none and asks the target's getter)."""
+    readable: bool = True
+    """False: its code reads ids in a way this tool cannot follow."""
+    default: bool = False
+    """The runner a GPU user gets for this target by default."""
+
+    @property
+    def used(self) -> object:
+        """What decides the layers: its ids, the target's getter (None), or "unreadable"."""
+        return (self.read.used if self.read is not None else None) if self.readable else "unreadable"
+
+
+@dataclass(frozen=True)
 class IdsFacts:
-    """Where the drafter config keeps its ids, and whether this release reads them there."""
+    """Where the drafter config keeps its ids, and which of this release's runners read them, and where."""
 
     ids: DrafterIds
     read: bool
+    """The runner a GPU user gets (or every runner, where that cannot be told) takes the drafter's ids."""
+    runners: tuple[RunnerRead, ...] = ()
+    choice: Optional[GpuDefault] = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +181,9 @@ class Capture(enum.Enum):
     """Where the ids vLLM will capture come from, or why they are not known."""
 
     DRAFTER_TOP_LEVEL = "drafter top level"
-    """The drafter's top-level ids, which this release reads."""
+    """The drafter's ids, which this release's runner reads (``CaptureSource.read``: the field, the shift)."""
+    RUNNERS_DIFFER = "runners differ"
+    """The release's two GPU runners take other layers from this drafter, and this tool cannot tell which serves."""
     NO_LAYER_COUNT = "no layer count"
     NO_TARGET_CONFIG = "no target config"
     NOT_A_FAMILY = "not a family"
@@ -179,6 +204,10 @@ class Capture(enum.Enum):
 @dataclass(frozen=True)
 class CaptureSource:
     capture: Capture
+    read: Optional[RunnerRead] = None
+    """``Capture.DRAFTER_TOP_LEVEL``: the runner and what it reads."""
+    runners: tuple[RunnerRead, ...] = ()
+    """``Capture.RUNNERS_DIFFER``: what each runner takes."""
     architecture: str = ""
     """``Capture.UNREADABLE_GETTER``: the target's."""
     default: Optional[NativeDefault] = None

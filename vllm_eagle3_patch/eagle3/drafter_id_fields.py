@@ -632,3 +632,60 @@ def _config_of(function: _Function) -> Optional[ast.expr]:
             break
         owner = read[0]
     return owner if all(isinstance(n, (ast.Name, ast.Attribute, ast.Load)) for n in ast.walk(owner)) else None
+
+
+@dataclass(frozen=True)
+class IdsRead:
+    """What a runner takes from one drafter config: the field it finds first, as written and as vLLM uses it."""
+
+    field: IdField
+    written: tuple[int, ...]
+    used: Optional[tuple[int, ...]]
+    """``written`` shifted as the runner shifts it (None: the shift's condition is one this tool cannot evaluate)."""
+
+
+def read_ids(fields: tuple[IdField, ...], config: dict[str, object]) -> Optional[IdsRead]:
+    """The first of ``fields`` a drafter ``config`` (its ``config.json``) fills with ids, as the runner reads it;
+    None where it fills none (the runner then asks the target's getter)."""
+    for place in fields:
+        value: object = config
+        for key in place.path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, list) and value and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+            written = tuple(value)
+            waived = _holds(place.unless, config) if place.unless else False
+            shift = None if waived is None else (0 if waived else place.shift)
+            return IdsRead(place, written, None if shift is None else tuple(i + shift for i in written))
+    return None
+
+
+def _holds(condition: str, config: dict[str, object]) -> Optional[bool]:
+    """``condition`` on the drafter's config, where it compares one of its fields (``getattr(hf_config, "model_type",
+    None) == "deepseek_v41"``) with a constant; None for anything else."""
+    try:
+        test = ast.parse(condition, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    left, right = test.left, test.comparators[0]
+    key = _key_read(left)
+    if key is None or not isinstance(right, ast.Constant):
+        return None
+    return (config.get(key) == right.value) is isinstance(test.ops[0], ast.Eq)
+
+
+def _key_read(node: ast.expr) -> Optional[str]:
+    """The config field ``getattr(cfg, "k", ...)`` or ``cfg.k`` reads."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return node.args[1].value
+    return None

@@ -86,7 +86,18 @@ CHECK = "supports_eagle3"
 """The function a runner checks a target with, imported from the protocol's module."""
 GETTER_PATTERN = re.compile(r"get_\w*aux_hidden_state_layers")
 """A default-ids getter, as a runner's call site names it (both names above match)."""
-SEARCHES = (SETTER_CALL, f"{CHECK}(", f"class {PROTOCOL}", *LANGUAGE_MODEL_EMBEDDING)
+V2_PACKAGE = "v1/worker/gpu/"
+"""Model runner V2's package (0.17.0 on; the only GPU runner from 0.34.0): a runner found under it is V2's."""
+V2_SWITCH = "VLLM_USE_V2_MODEL_RUNNER"
+"""The environment variable that pins a runner where a release has two."""
+V2_BY_ARCHITECTURE = "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES"
+"""0.22.0 - 0.28.x: the architectures V2 serves by default (V1 the others)."""
+V2_BY_RULE = ("is_moe", "is_hybrid")
+"""0.25.0 on: V2 also serves every unlisted model these say is not MoE (or hybrid), which a config tells, not a name."""
+SEARCHES = (
+    *(SETTER_CALL, f"{CHECK}(", f"class {PROTOCOL}", *LANGUAGE_MODEL_EMBEDDING),
+    *(f"{V2_SWITCH}:", V2_BY_ARCHITECTURE),
+)
 """Every literal the release's facts search the tree for: found in one pass."""
 
 
@@ -125,6 +136,17 @@ class InterfaceSearch:
     call_sites: tuple[CallSite, ...] = ()
     unknown: Optional[str] = None
     """One line naming what the search did not find, where it found enough to know the interface is there."""
+
+
+class GpuDefault(enum.Enum):
+    """Which of a release's GPU runners serves a model unless ``VLLM_USE_V2_MODEL_RUNNER`` pins one (read from the
+    variable's declared default and the release's own list)."""
+
+    ONLY = "the only GPU runner"
+    V1 = f"V1 unless {V2_SWITCH}=1"
+    LISTED = f"V2 for the architectures in {V2_BY_ARCHITECTURE}, V1 for the others, unless {V2_SWITCH} pins one"
+    V2 = f"V2 unless {V2_SWITCH}=0 (or Triton is missing, or a feature V2 lacks is asked for)"
+    UNKNOWN = "cannot tell"
 
 
 class Lookup(enum.Enum):
@@ -282,6 +304,60 @@ class Release:
         return any(self.tree.search(sign) for sign in LANGUAGE_MODEL_EMBEDDING)
 
     @cached_property
+    def gpu_default(self) -> GpuDefault:
+        """How a release with two GPU runners picks one (``GpuDefault``), read from where it declares the switch."""
+        interface = self.interface
+        runners = interface.runners if interface is not None else ()
+        if len(runners) == 1:
+            return GpuDefault.ONLY
+        if sum(path.startswith(V2_PACKAGE) for path in runners) != 1 or len(runners) != 2:
+            return GpuDefault.UNKNOWN
+        declared = [
+            re.search(rf"^\s+{V2_SWITCH}:[^=\n]*=\s*(\w+)", self.read(path) or "", re.MULTILINE)
+            for path in self.tree.search(f"{V2_SWITCH}:")
+        ]
+        defaults = {match.group(1) for match in declared if match is not None}
+        if defaults == {"False"}:
+            return GpuDefault.V1
+        if defaults != {"None"}:
+            return GpuDefault.UNKNOWN
+        return GpuDefault.LISTED if self.v2_architectures else GpuDefault.V2
+
+    @cached_property
+    def v2_architectures(self) -> frozenset[str]:
+        """The architectures V2 serves by default where the release lists them (``GpuDefault.LISTED``)."""
+        listed: set[str] = set()
+        for path in self.tree.search(V2_BY_ARCHITECTURE):
+            match = re.search(rf"^{V2_BY_ARCHITECTURE}\b[^=]*=\s*frozenset\(([^)]*)\)", self.read(path) or "", re.M)
+            listed.update(re.findall(r"[\"']([^\"']+)[\"']", match.group(1)) if match else ())
+        return frozenset(listed)
+
+    @cached_property
+    def _v2_by_rule(self) -> bool:
+        """Whether V2 also takes unlisted models by what their config says (``V2_BY_RULE``, 0.25.0 on)."""
+        deciding = [
+            ast.get_source_segment(source, node) or ""
+            for source in (self.read(path) or "" for path in self.tree.search(V2_BY_ARCHITECTURE))
+            for node in ast.walk(_parsed(source))
+            if isinstance(node, ast.FunctionDef) and V2_BY_ARCHITECTURE.lower() in ast.unparse(node).lower()
+        ]
+        return any(sign in text for text in deciding for sign in V2_BY_RULE)
+
+    def gpu_runner(self, architecture: str) -> Optional[str]:
+        """The runner a GPU user gets for ``architecture`` by default (None: this tool cannot tell)."""
+        interface, default = self.interface, self.gpu_default
+        runners = interface.runners if interface is not None else ()
+        v2 = next((path for path in runners if path.startswith(V2_PACKAGE)), None)
+        v1 = next((path for path in runners if not path.startswith(V2_PACKAGE)), None)
+        if default is GpuDefault.ONLY:
+            return runners[0]
+        if default is GpuDefault.LISTED:
+            if architecture in self.v2_architectures:
+                return v2
+            return None if self._v2_by_rule else v1
+        return {GpuDefault.V1: v1, GpuDefault.V2: v2}.get(default)
+
+    @cached_property
     def drafter_id_fields(self) -> dict[str, Optional[tuple[IdField, ...]]]:
         """Per runner, the drafter-config fields it reads ids from, first match first, with the shift it applies
         (None: its code reads them in a way this tool cannot follow).  They differ between releases and between
@@ -356,6 +432,13 @@ def whitelisted(source: str) -> Optional[list[str]]:
             if any(isinstance(target, ast.Name) and target.id in WHITELISTS for target in node.targets):
                 return [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return None
+
+
+def _parsed(source: str) -> ast.Module:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return ast.Module(body=[], type_ignores=[])
 
 
 def call_sites(path: str, source: Optional[str]) -> tuple[CallSite, ...]:

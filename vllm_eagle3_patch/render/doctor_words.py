@@ -29,6 +29,7 @@ from ..drafters.doctor_facts import (
     PipelineFacts,
     ReleaseFacts,
     Remedy,
+    RunnerRead,
     Serving,
     SetDrafterConfig,
     SizeFacts,
@@ -36,7 +37,7 @@ from ..drafters.doctor_facts import (
 )
 from ..drafters.drafter_config import Location
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
-from ..eagle3.release import REGISTRY
+from ..eagle3.release import REGISTRY, RUNNER, V2_PACKAGE, V2_SWITCH, GpuDefault
 from ..plan import Plan
 from .plan_words import file_reason, plan_reason
 from .words import target_verdict
@@ -132,18 +133,44 @@ def draft_vocabulary_detail(facts: DraftVocabularyFacts) -> str:
     return f"draft_vocab_size {draft} with its d2t map"
 
 
+def runner_name(path: str) -> str:
+    """``model runner V2`` for a runner of V2's package, ``model runner V1`` for V1's file, else its file."""
+    if path.startswith(V2_PACKAGE):
+        return "model runner V2"
+    return "model runner V1" if path == RUNNER else path
+
+
+def runner_read_text(read: RunnerRead) -> str:
+    """What one runner takes from the drafter: a field and the ids it uses, or the target's getter."""
+    name = runner_name(read.runner) + (" (the default on a GPU)" if read.default else "")
+    if not read.readable:
+        return f"{name} reads ids in a way this tool cannot follow"
+    if read.read is None:
+        return f"{name} ignores them and asks the target's getter"
+    taken = read.read
+    shift = f", +{taken.field.shift} each" if taken.field.shift and taken.used != taken.written else ""
+    used = list(taken.used) if taken.used is not None else "ids this tool cannot evaluate"
+    return f"{name} reads {taken.field.name} {list(taken.written)}{shift}: layers {used}"
+
+
 def ids_detail(facts: IdsFacts, version: str) -> str:
-    """Where the drafter keeps its ids, and whether this release reads them there."""
-    if facts.ids.ids is None:
+    """Where the drafter keeps its ids, and which runner of this release reads them, where, with what shift."""
+    if facts.ids.ids is None and not any(r.read for r in facts.runners):
         return f"no {FIELD} in the drafter config: the target's ids are used"
-    ids = list(facts.ids.ids)
-    if facts.ids.location is Location.EAGLE_CONFIG:
-        return (
-            f"eagle_config.{FIELD} {ids}: vLLM {version} ignores ids nested under eagle_config (it reads the top level)"
-        )
-    if facts.read:
-        return f"{FIELD} {ids} at the top level: vLLM {version} reads them instead of the target's"
-    return f"{FIELD} {ids} at the top level: vLLM {version} ignores them (read from 0.11.1 on)"
+    where = f"eagle_config.{FIELD}" if facts.ids.location is Location.EAGLE_CONFIG else FIELD
+    found = f"{where} {list(facts.ids.ids)}" if facts.ids.ids is not None else "the drafter's config"
+    if not facts.runners:
+        return f"{found}: vLLM {version} ignores a drafter's ids (read from 0.11.1 on)"
+    choice = f"; {CHOICE_WORDS[facts.choice]}" if facts.choice not in (None, GpuDefault.ONLY) else ""
+    return f"{found}: on vLLM {version}, " + "; ".join(map(runner_read_text, facts.runners)) + choice
+
+
+CHOICE_WORDS = {
+    GpuDefault.V1: f"a GPU runs V1 unless {V2_SWITCH}=1",
+    GpuDefault.V2: f"a GPU runs V2 unless {V2_SWITCH}=0",
+    GpuDefault.LISTED: f"a GPU runs V2 for some architectures, V1 for the others; {V2_SWITCH}=0 or 1 pins one",
+    GpuDefault.UNKNOWN: f"which runner serves cannot be told; {V2_SWITCH}=0 or 1 pins one",
+}
 
 
 def convention_detail(facts: ConventionFacts) -> str:
@@ -181,7 +208,18 @@ def capture_source(source: CaptureSource, plan: Plan) -> str:
     default, version = source.default, plan.install.version
     own_default = f"vLLM's own default, {default.text} in {default.where}" if default is not None else ""
     return {
-        Capture.DRAFTER_TOP_LEVEL: f"the drafter's top-level ids, which vLLM {version} reads",
+        Capture.DRAFTER_TOP_LEVEL: (
+            f"the drafter's ids, which vLLM {version} reads"
+            if source.read is None
+            else f"the drafter's {source.read.read.field.name if source.read.read else FIELD}, which "
+            f"{runner_name(source.read.runner)} of vLLM {version} reads"
+        ),
+        Capture.RUNNERS_DIFFER: (
+            f"vLLM {version}'s runners take other layers from this drafter ("
+            + "; ".join(map(runner_read_text, source.runners))
+            + f"), and which serves this target cannot be told: set {V2_SWITCH}=0 or 1, or give the drafter "
+            "top-level ids, which both read first"
+        ),
         Capture.NO_LAYER_COUNT: "needs the target's num_hidden_layers",
         Capture.NO_TARGET_CONFIG: "needs the target's config.json",
         Capture.NOT_A_FAMILY: "the target is not a model family this tool patches, and its class lacks EAGLE-3",

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from helpers.wheel_corpus import release_tree
@@ -139,6 +141,49 @@ def answering_the_proposer(plan: Plan, eagle3_files: set[str]) -> list[dict]:
             }
         )
     return answering
+
+
+def patched_decoders(package_dir: Path) -> list[dict]:
+    """The decoder classes of the families whose files ``apply`` patched, one entry per class."""
+    plan = make_plan(from_package_dir(package_dir), states_only=True)
+    patched = {f.path for f in plan.files if f.state is State.PATCHED}
+    decoders: dict[tuple[str, str], dict] = {}
+    for family in families_of(plan):
+        if family.path in patched:
+            entry = decoders.setdefault(
+                (family.path, family.model),
+                {
+                    "module": module_name(family.path),
+                    "model": family.model,
+                    "architectures": [],
+                    "decoder": family.decoder,
+                },
+            )
+            entry["architectures"].append(family.causal_lm)
+    return list(decoders.values())
+
+
+def case_id(decoder: dict) -> str:
+    """The inner suites' id of a decoder's case: its module and class (platform-split packages hold classes of one
+    name in each variant's module)."""
+    return f"{decoder['module']}:{decoder['model']}"
+
+
+def outcomes(
+    python: Path, package_dir: Path, decoders_file: Path, suite: str, env: dict | None = None
+) -> tuple[str, dict[str, str]]:
+    """The inner module ``suite`` over the decoders listed in ``decoders_file``, and each case's outcome (passed,
+    failed, skipped) by its id (what the brackets of its test name hold; a failure in any of its tests wins)."""
+    report = decoders_file.with_suffix(".xml")
+    env = {"VLLM_EAGLE3_PATCH_DECODERS": str(decoders_file), **(env or {})}
+    inner = run_inside(python, package_dir, f"--junitxml={report}", suite=suite, env=env)
+    found: dict[str, str] = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        name = re.search(r"\[(.+)\]$", case.get("name", "")).group(1)  # type: ignore[union-attr]
+        failed = case.find("failure") is not None or case.find("error") is not None
+        outcome = "failed" if failed else "skipped" if case.find("skipped") is not None else "passed"
+        found[name] = "failed" if found.get(name) == "failed" else outcome
+    return inner.stdout[-8000:] + inner.stderr[-2000:], found
 
 
 def run_inside(

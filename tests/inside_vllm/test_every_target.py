@@ -21,7 +21,7 @@ from in_place import check_stream
 DECODERS = json.loads(Path(os.environ["VLLM_EAGLE3_PATCH_DECODERS"]).read_text())
 
 
-@pytest.mark.parametrize("decoder", DECODERS, ids=[d["model"] for d in DECODERS])
+@pytest.mark.parametrize("decoder", DECODERS, ids=[f"{d['module']}:{d['model']}" for d in DECODERS])
 def test_the_drafter_gets_the_stream_as_it_was(decoder: dict) -> None:
     try:
         importlib.import_module(decoder["module"])

@@ -24,7 +24,7 @@ import textwrap
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -177,9 +177,12 @@ class Captured:
     """The stream leaving the last layer (what id n names)."""
 
 
-def run_decoder(module_name: str, model_name: str, ids: tuple[int, ...] = IDS) -> Captured:
+def run_decoder(
+    module_name: str, model_name: str, ids: tuple[int, ...] = IDS, wire: Optional[Callable[[nn.Module], None]] = None
+) -> Captured:
     """The patched decoder ``model_name`` of ``module_name`` on one pipeline stage of :data:`NUM_LAYERS`
-    in-place layers, asked for ``ids``."""
+    in-place layers, asked for ``ids``; or, with ``wire``, asked for what ``wire(decoder)`` sets (a runner's own
+    code, through the causal LM holding the decoder)."""
     module = importlib.import_module(module_name)
     cls = getattr(module, model_name)
     loop = read_loop(cls)
@@ -193,6 +196,8 @@ def run_decoder(module_name: str, model_name: str, ids: tuple[int, ...] = IDS) -
     model.start_layer, model.end_layer = 0, NUM_LAYERS
     model.config = NeutralConfig(hidden_size=HIDDEN_SIZE)
     model.aux_hidden_state_layers = ids
+    if wire is not None:
+        wire(model)
     embeds = torch.arange(NUM_TOKENS * HIDDEN_SIZE, dtype=torch.float32).reshape(NUM_TOKENS, HIDDEN_SIZE) / 4 - 1
     with one_stage(module, importlib.import_module(cls.forward.__module__)):
         output = model.forward(**_arguments(cls, embeds))

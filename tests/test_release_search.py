@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
 from helpers.bytes_on_disk import tree_digest
 from helpers.cli import run_cli
-from helpers.wheel_corpus import release_tree
+from helpers.wheel_corpus import ALL_RELEASES, release_tree
 
 from vllm_eagle3_patch.catalog import FAMILIES
 from vllm_eagle3_patch.codemod.patch import Options, State
-from vllm_eagle3_patch.eagle3.release import DEFAULT_GETTER, GETTER, SETTER, Release
+from vllm_eagle3_patch.eagle3.release import (
+    DEFAULT_GETTER,
+    GETTER,
+    NEWEST_TESTED,
+    SETTER,
+    Release,
+    newer_than_tested,
+)
 from vllm_eagle3_patch.patches.decoder_eagle3 import DecoderPatch
 
 V2 = "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
@@ -179,3 +187,33 @@ def test_an_unknown_release_is_refused_in_one_line_and_nothing_is_written(releas
     model = run_cli("--vllm-dir", str(package), "status", "--check", "--model", "MixtralForCausalLM")
     assert model.returncode == 1 and "MixtralForCausalLM (mixtral.py): unknown (cannot tell" in model.stdout
     assert tree_digest(package) == before
+
+
+def test_the_newest_release_tested_is_the_corpus_newest() -> None:
+    """``status`` calls a release newer than ``NEWEST_TESTED``: it must be the newest the tests download."""
+    newest = max(ALL_RELEASES, key=lambda v: tuple(int(p) for p in re.findall(r"\d+", v)))
+    assert newest == NEWEST_TESTED
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("version", "newer"),
+    [("0.34.0", False), ("0.33.0", False), ("0.34.1", True), ("0.35.0rc1", True), ("1.0.0+cu130", True), ("x", False)],
+)
+def test_newer_than_tested(version: str, newer: bool) -> None:
+    assert newer_than_tested(version) is newer
+
+
+def test_a_release_newer_than_the_tested_ones_is_said_in_one_line(release) -> None:
+    """A 0.35.0 (0.34.0's tree under a newer version): ``status`` says so once, judges it by the same search."""
+    package = release("0.34.0")
+    info = package.parent / "vllm-0.34.0.dist-info"
+    renamed = package.parent / "vllm-0.35.0.dist-info"
+    info.rename(renamed)
+    metadata = renamed / "METADATA"
+    metadata.write_text(metadata.read_text().replace("Version: 0.34.0", "Version: 0.35.0", 1))
+    text = run_cli("--vllm-dir", str(package), "status")
+    lines = [line for line in text.stdout.splitlines() if "newer than 0.34.0" in line]
+    assert len(lines) == 1 and lines[0].startswith("note: vLLM 0.35.0 is newer than 0.34.0"), text.stdout[:2000]
+    data = json.loads(run_cli("--vllm-dir", str(package), "--json", "status").stdout)
+    assert data["newer_than_tested"] == "0.34.0" and data["state"] == "unpatched"

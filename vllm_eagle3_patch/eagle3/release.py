@@ -40,6 +40,9 @@ REGISTRY = f"{MODELS}/registry.py"
 RUNNER = "v1/worker/gpu_model_runner.py"
 """The V1 GPU runner (gone in 0.34.0): named only where a test or a doc needs an example; the runners are found."""
 EAGLE_CONFIG = "transformers_utils/configs/eagle.py"
+NEWEST_TESTED = "0.34.0"
+"""The newest vLLM release this tool's tests run on (``tests/helpers/wheel_corpus.py``; a test keeps the two the
+same).  A newer one is judged by the same search; ``status`` says it is newer, in one line."""
 MARKER = "vllm-eagle3-patch"
 """The comment that marks every place this tool changed (``# vllm-eagle3-patch``)."""
 PROPOSER = "v1/spec_decode/eagle.py"
@@ -377,6 +380,12 @@ class Release:
             else any(field.path == (DRAFTER_IDS_FIELD,) for field in fields)
             for path, fields in self.drafter_id_fields.items()
         )
+
+
+def newer_than_tested(version: str) -> bool:
+    """Whether ``version`` (``0.35.0``, ``0.35.0rc1``, ``0.35.0+cu130``) is a release after :data:`NEWEST_TESTED`."""
+    numbers = [int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3]]
+    return bool(numbers) and tuple(numbers) > tuple(int(part) for part in NEWEST_TESTED.split("."))
 
 
 def registry_entries(source: str, only: Optional[str] = None) -> dict[str, tuple[str, str]]:

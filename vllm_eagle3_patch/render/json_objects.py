@@ -10,6 +10,7 @@ from ..changes import Outcome
 from ..codemod.patch import Options
 from ..drafters.doctor import Diagnosis
 from ..drafters.target_model import TargetModel
+from ..eagle3.release import NEWEST_TESTED, newer_than_tested
 from ..install.journal import Interruption
 from ..install.locate import VllmInstall
 from ..plan import Plan
@@ -34,6 +35,7 @@ def status_data(plan: Plan) -> dict[str, Any]:
         "aux_layers": list(plan.options.aux_layers) if plan.options.aux_layers is not None else None,
         **({"unreadable_state": plan.unreadable_state} if plan.unreadable_state else {}),
         **({"interrupted": interruption_data(plan.interruption)} if plan.interruption else {}),
+        **({"newer_than_tested": NEWEST_TESTED} if newer_than_tested(plan.install.version) else {}),
         "targets": [
             {
                 "file": f.path,

@@ -16,6 +16,7 @@ from ..codemod.patch import Options, State
 from ..drafters.doctor import Diagnosis
 from ..drafters.doctor_facts import Assessment
 from ..drafters.target_model import TargetModel
+from ..eagle3.release import NEWEST_TESTED
 from ..install.record import RecordCheck
 from ..plan import Plan
 from ..verification.engine_check import Step
@@ -67,6 +68,13 @@ def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sy
         of_kind = [v for v in verdicts if v.kind == kind]
         counts = ", ".join(f"{sum(v.verdict == verdict for v in of_kind)} {verdict}" for verdict in VERDICTS)
         stream.write(f"  {kind}: {counts} of {len(of_kind)}\n")
+
+
+def newer_line(version: str) -> str:
+    return (
+        f"note: vLLM {version} is newer than {NEWEST_TESTED}, the newest release this tool is tested on; "
+        "its verdicts come from searching the installed tree, as on any release"
+    )
 
 
 def originals_line(plan: Plan) -> str:
@@ -121,6 +129,8 @@ def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
     if not use_colour(stream):
         stream.write(f"vLLM {data['vllm_version']}{distribution} at {data['vllm_dir']}\n")
         stream.write(f"state: {data['state']} ({data['reason']})\n")
+        if "newer_than_tested" in data:
+            stream.write(f"{newer_line(data['vllm_version'])}\n")
         stream.write(f"aux layer ids: {aux_text}\n")
         stream.write(f"{originals_line(plan)}\n")
         width = max(len(target["file"]) for target in data["targets"])
@@ -135,6 +145,8 @@ def print_status(plan: Plan, stream: TextIO = sys.stdout) -> None:
     style = _STATE_STYLE[plan.state]
     console.print(f"vLLM [bold]{data['vllm_version']}[/]{escape(distribution)} at {escape(data['vllm_dir'])}")
     console.print(f"state: [{style}]{data['state']}[/] ({escape(data['reason'])})")
+    if "newer_than_tested" in data:
+        console.print(escape(newer_line(data["vllm_version"])))
     console.print(f"aux layer ids: {aux_text}")
     console.print(escape(originals_line(plan)))
     table = Table("file", "state", "reason")

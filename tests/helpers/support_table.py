@@ -14,14 +14,14 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # ``from helpers import`` when run as a script
 from helpers import wheel_corpus
 from vllm_eagle3_patch.architecture_verdicts import architecture_verdicts
 from vllm_eagle3_patch.catalog import FAMILIES, NAMED_WRAPPERS, every_patch
 from vllm_eagle3_patch.codemod.patch import State
-from vllm_eagle3_patch.eagle3.release import WHITELISTS, Release, whitelisted
+from vllm_eagle3_patch.eagle3.release import V2_PACKAGE, WHITELISTS, Release, whitelisted
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.plan import make_plan
 from vllm_eagle3_patch.render.words import architecture_reason
@@ -29,6 +29,7 @@ from vllm_eagle3_patch.render.words import architecture_reason
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 RELEASES_DOC = REPO / "docs" / "releases.md"
+DRAFTERS_DOC = REPO / "docs" / "drafters.md"
 ARCHITECTURES_DOC = REPO / "docs" / "architectures.md"
 ARCHITECTURE_RELEASES = ("0.17.1", "0.21.0", "0.33.0", "0.34.0")
 """The releases of the per-architecture table (issue 19's three); every corpus release gets its counts."""
@@ -81,6 +82,8 @@ class ReleaseFacts:
     """Each file's state by its patch's name."""
     interface: tuple[str, ...]
     architectures: tuple[ArchitectureRow, ...]
+    drafter_ids: tuple[str, ...] = ()
+    """The cells of the drafter-id table: how a GPU runner is chosen, then what each runner reads."""
 
 
 def release_facts(release: str) -> ReleaseFacts:
@@ -93,8 +96,43 @@ def release_facts(release: str) -> ReleaseFacts:
         for v in architecture_verdicts(plan)
     )
     return ReleaseFacts(
-        {**native, **states}, {file.patch: file.state for file in plan.files}, interface_cells(plan.release), rows
+        {**native, **states},
+        {file.patch: file.state for file in plan.files},
+        interface_cells(plan.release),
+        rows,
+        drafter_id_cells(plan.release),
     )
+
+
+def drafter_id_cells(release: Release) -> tuple[str, ...]:
+    """How a GPU user's runner is chosen, and the drafter-config fields each runner reads ids from, in order."""
+    fields = release.drafter_id_fields
+    if not fields:
+        return ("-", "-", "-")
+
+    def read(path: Optional[str]) -> str:
+        if path is None:
+            return "-"
+        found = fields[path]
+        if found is None:
+            return "cannot be read"
+        if not found:
+            return "none: the target's getter"
+        return "; ".join(
+            f"`{f.name}`" + (f" +{f.shift}" if f.shift else "") + (f" (as is if `{f.unless}`)" if f.unless else "")
+            for f in found
+        )
+
+    v2 = next((path for path in fields if path.startswith(V2_PACKAGE)), None)
+    v1 = next((path for path in fields if not path.startswith(V2_PACKAGE)), None)
+    return (release.gpu_default.value, read(v1), read(v2))
+
+
+def drafter_ids_table(by_release: dict[str, ReleaseFacts]) -> str:
+    """Which runner a GPU user gets, and where each runner reads a drafter's ids (``Release.drafter_id_fields``)."""
+    rows = {release: found.drafter_ids for release, found in by_release.items()}
+    header = ("a GPU user gets", "model runner V1 reads", "model runner V2 reads")
+    return markdown(header, grouped(rows))
 
 
 def facts(releases: Iterable[str]) -> dict[str, ReleaseFacts]:
@@ -288,6 +326,7 @@ def rendered() -> dict[Path, str]:
         ARCHITECTURES_DOC.read_text(), "architecture counts", architecture_counts(by_release)
     )
     return {
+        DRAFTERS_DOC: replace_block(DRAFTERS_DOC.read_text(), "drafter id table", drafter_ids_table(by_release)),
         README: replace_block(README.read_text(), "support table", readme_table(verdicts(by_release))),
         RELEASES_DOC: replace_block(releases_doc, "interface table", interface_table(by_release)),
         ARCHITECTURES_DOC: replace_block(architectures_doc, "architecture table", architecture_table(by_release)),

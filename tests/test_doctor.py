@@ -403,3 +403,19 @@ def test_the_runner_a_gpu_user_gets_decides_which_drafter_ids_are_read(release, 
     run_fix(layers["fix"])
     fixed = doctor(package_dir, drafter, target)
     assert fixed["captured"] == [2, 16, 29] and fixed["consistent"] is True
+
+
+def test_aux_layers_from_is_refused_where_a_runner_reads_other_ids_from_the_drafter(release, checkpoints):
+    """Issue 39.2: ``apply --aux-layers-from`` writes the getter, which 0.24.0's V1 never asks for a drafter with
+    nested ids (it reads them as its own): refused in one line, nothing written; 0.17.1's runners read no nested
+    ids, so there the getter is what counts and apply writes the drafter's ids in vLLM's convention."""
+    drafter, _ = checkpoints(SPECFORGE_MIXTRAL, MIXTRAL)
+    newer = release("0.24.0")
+    before = tree_digest(newer.parent)
+    refused = run_cli("--vllm-dir", str(newer), "apply", "--aux-layers-from", str(drafter))
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "reads the drafter's eagle_config.eagle_aux_hidden_state_layer_ids [1, 15, 28] itself" in refused.stderr
+    assert tree_digest(newer.parent) == before
+    older = release("0.17.1")
+    assert run_cli("--vllm-dir", str(older), "apply", "--aux-layers-from", str(drafter)).returncode == 0
+    assert json.loads(run_cli("--vllm-dir", str(older), "--json", "status").stdout)["aux_layers"] == [2, 16, 29]

@@ -21,6 +21,7 @@ from .codemod.patch import Options, State
 from .drafters import doctor, drafter_config
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids
+from .eagle3.release import Release
 from .errors import ToolError
 from .fewer_collections import fewer_collections
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
@@ -337,6 +338,10 @@ def run_apply(args: argparse.Namespace) -> int:
         elif not args.quiet:
             text.print_plan(plan)
         return 0
+    if args.aux_layers_from and options is not None and options.aux_layers is not None:
+        doctor.refuse_if_a_runner_reads_other_ids(
+            Release(install.package_dir), args.aux_layers_from, options.aux_layers
+        )
     outcome = changes.apply(install, options, accept_modified=args.accept_modified, only=chosen_architectures(args))
     return report(args, outcome, install)
 

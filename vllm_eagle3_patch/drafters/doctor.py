@@ -21,6 +21,7 @@ from ..eagle3.drafter_id_fields import read_ids
 from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import GETTERS, GpuDefault, Lookup, Release
+from ..errors import ToolError
 from ..patches.pipeline_relay import carries_aux_across_ranks
 from ..plan import Plan, least_finished
 from .doctor_facts import (
@@ -261,6 +262,22 @@ def runner_reads(context: Context) -> tuple[RunnerRead, ...]:
         else RunnerRead(path, read_ids(fields, context.drafter.data) if fields is not None else None, True, True)
         for path, fields in release.drafter_id_fields.items()
     )
+
+
+def refuse_if_a_runner_reads_other_ids(release: Release, drafter: Path, ids: tuple[int, ...]) -> None:
+    """``apply --aux-layers-from``: the ids go into the patched getter, which a runner that finds ids in the drafter's
+    config never asks.  Where one finds other layers there than ``ids``, writing them would change nothing it uses:
+    the drafter's config is what to fix (``doctor`` gives the command)."""
+    config = read_config(drafter, "drafter")
+    for path, fields in release.drafter_id_fields.items():
+        read = read_ids(fields, config.data) if fields else None
+        if read is not None and read.used != ids:
+            raise ToolError(
+                f"{config.path}: this vLLM's runner {path} reads the drafter's {read.field.name} "
+                f"{list(read.written)} itself (layers {list(read.used) if read.used else 'it shifts'}), not the "
+                f"ids apply would write ({', '.join(map(str, ids))}); fix the drafter's config instead "
+                "(`vllm-eagle3-patch doctor --drafter DIR --target DIR` gives the command). Nothing was changed"
+            )
 
 
 def deciding(reads: tuple[RunnerRead, ...]) -> tuple[RunnerRead, ...]:

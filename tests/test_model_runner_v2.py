@@ -42,17 +42,19 @@ def v2_helper(package_dir: Path) -> str:
 
 @pytest.mark.parametrize("version", [v2_release(v) for v in ("0.30.0", "0.33.0", "0.34.0")])
 def test_model_runner_v2_wires_every_patched_decoder(version: str, release, modern_python, tmp_path: Path) -> None:
-    """Every decoder the in-place stand-ins can run (``tests/inside_vllm/test_every_target.py``'s check, on the same
-    tree) passes V2's wiring; the few whose forward needs what no stand-in gives on CPU are named."""
+    """Every patched decoder passes the in-place check (``tests/inside_vllm/test_every_target.py``, on the same tree)
+    and then V2's wiring; a platform variant whose module imports only on its platform (Step5's AMD one) is skipped
+    there, with its reason."""
     package_dir = release(version)
     listed = tmp_path / "decoders.json"
     assert run_on(package_dir, "apply").returncode == 0
     decoders = patched_decoders(package_dir)
     assert len(decoders) >= 40, decoders
     listed.write_text(json.dumps(decoders))
-    _, stand_ins = outcomes(modern_python, package_dir, listed, "test_every_target.py")
+    stand_in_output, stand_ins = outcomes(modern_python, package_dir, listed, "test_every_target.py")
+    assert "failed" not in stand_ins.values(), stand_in_output
     runnable = [d for d in decoders if stand_ins.get(case_id(d)) == "passed"]
-    assert len(runnable) >= len(decoders) - 3, sorted(set(stand_ins) - {case_id(d) for d in runnable})
+    assert len(runnable) >= len(decoders) - 2, stand_in_output  # a CUDA-only module may not import on CPU
     listed.write_text(json.dumps(runnable))
     env = {"VLLM_EAGLE3_PATCH_V2_RUNNER": v2_helper(package_dir)}
     output, wired = outcomes(modern_python, package_dir, listed, SUITE, env)

@@ -58,6 +58,10 @@ class InPlaceLayer(nn.Module):
             residual.mul_(7.0).sub_(50.0)
         return (output, torch.zeros_like(output)) if self.returns_pair else output
 
+    def _add_for_residual(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """A layer's own residual add, which a forward may call after the loop (Step5's, 0.34.0)."""
+        return hidden_states + residual
+
 
 def _hidden_and_residual(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[torch.Tensor, Any]:
     """The hidden states are the first floating-point tensor (positions are integers), the residual the next
@@ -72,7 +76,12 @@ def _hidden_and_residual(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple
 
 class InPlaceNorm(nn.Module):
     """The final norm: with a residual, vLLM's fused add-norm, which writes the sum into the residual and the
-    normed sum into the hidden states; without, a new tensor."""
+    normed sum into the hidden states; without, a new tensor.  Its ``weight`` is there for a forward that reads
+    its dtype (Zaya's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(HIDDEN_SIZE))
 
     def forward(self, hidden_states: torch.Tensor, residual: Any = None, *args: Any, **kwargs: Any) -> Any:
         if residual is None:

@@ -400,3 +400,20 @@ def test_the_readme_says_the_measured_cold_time_and_a_checkout_of_any_name():
     rounded_up = [-int(-minutes // 1) for minutes in (cold, warm)]
     assert f"{rounded_up[0]} minutes on 2 CPUs the first time, {rounded_up[1]} after that" in readme
     assert "./vllm-eagle3-patch" not in readme and "COPY vllm-eagle3-patch " not in readme
+
+
+def test_the_unit_tier_needs_nothing_but_the_checkout(tmp_path):
+    """Issue 41.1: collecting and running ``pytest -m unit`` reads no release and downloads nothing (the wheel cache
+    it is pointed at stays empty), so it runs offline on a fresh checkout."""
+    cache = tmp_path / "empty-cache"
+    cache.mkdir()
+    env = {**os.environ, "VLLM_EAGLE3_PATCH_CACHE": str(cache), "PIP_NO_INDEX": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "unit", str(REPO / "tests")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    assert list(cache.iterdir()) == []

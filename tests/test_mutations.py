@@ -11,6 +11,7 @@ import ast
 import re
 import textwrap
 import types
+from functools import cache
 from itertools import islice
 
 import pytest
@@ -36,12 +37,16 @@ PATCH = DecoderPatch(DEEPSEEK_V2)
 GATE_PATCH = SpeculativeGatePatch(gated_model_types())
 
 
-def read_release(version: str) -> Release:
+@cache
+def reader(version: str) -> Release:
+    """The release's tree, read once and only when a test asks: collecting this module downloads nothing."""
     return Release(release_tree(version) / "vllm")
 
 
-READERS = {version: read_release(version) for version in RELEASES}
-SOURCES = {version: READERS[version].read(PATH) for version in RELEASES}
+def source_of(version: str) -> str:
+    return reader(version).read(PATH) or ""
+
+
 LOOP = re.compile(
     r"^([ \t]+)for layer in "
     r"(islice\(self\.layers, self\.start_layer, self\.end_layer\)|self\.layers\[self\.start_layer:self\.end_layer\]):$",
@@ -210,10 +215,10 @@ def assert_behaves(patched: str) -> None:
     mutations=st.lists(st.sampled_from(HARMLESS + REFUSED), min_size=1, max_size=3, unique=True),
 )
 def test_mutated_sources_are_patched_correctly_or_refused(version, mutations):
-    source = SOURCES[version]
+    source = source_of(version)
     for mutate in sorted(mutations, key=lambda m: m is crlf):  # the others write "\n"
         source = mutate(source)
-    verdict = PATCH.examine(source, READERS[version], Options())
+    verdict = PATCH.examine(source, reader(version), Options())
     if verdict.state is State.UNSUPPORTED:
         assert verdict.patched is None and verdict.reason
         return
@@ -221,26 +226,26 @@ def test_mutated_sources_are_patched_correctly_or_refused(version, mutations):
     assert not any(m in REFUSED for m in mutations), f"{[m.__name__ for m in mutations]} should have been refused"
     compile(verdict.patched, PATH, "exec")
     assert_behaves(verdict.patched)
-    assert PATCH.examine(verdict.patched, READERS[version], Options()).state is State.PATCHED
+    assert PATCH.examine(verdict.patched, reader(version), Options()).state is State.PATCHED
     if crlf in mutations:
         assert verdict.patched.count("\n") == verdict.patched.count("\r\n")
 
 
 @pytest.mark.parametrize("mutate", HARMLESS, ids=lambda f: f.__name__)
 def test_each_harmless_mutation_is_patched(mutate):
-    verdict = PATCH.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options())
+    verdict = PATCH.examine(mutate(source_of("0.17.1")), reader("0.17.1"), Options())
     assert verdict.state is State.UNPATCHED, verdict.reason
     assert_behaves(verdict.patched)
 
 
 @pytest.mark.parametrize("mutate", REFUSED, ids=lambda f: f.__name__)
 def test_each_structural_mutation_is_refused(mutate):
-    assert PATCH.examine(mutate(SOURCES["0.17.1"]), READERS["0.17.1"], Options()).state is State.UNSUPPORTED
+    assert PATCH.examine(mutate(source_of("0.17.1")), reader("0.17.1"), Options()).state is State.UNSUPPORTED
 
 
 def test_the_behaviour_check_catches_a_wrong_patch():
     """The lifted-forward check is not vacuous: an off-by-one capture fails it."""
-    patched = PATCH.examine(SOURCES["0.17.1"], READERS["0.17.1"], Options()).patched
+    patched = PATCH.examine(source_of("0.17.1"), reader("0.17.1"), Options()).patched
     broken = patched.replace("start=self.start_layer)", "start=self.start_layer + 1)")
     assert broken != patched
     with pytest.raises(AssertionError):
@@ -252,8 +257,6 @@ def test_the_behaviour_check_catches_a_wrong_patch():
 KIMI = "model_executor/models/kimi_k25.py"
 GATE = "config/speculative.py"
 KIMI_RELEASES = ("0.15.0", "0.17.1")
-for _version in KIMI_RELEASES:
-    READERS.setdefault(_version, read_release(_version))
 
 
 def reshape_any_interfaces_import(s: str) -> str:
@@ -321,7 +324,7 @@ def assert_wrapper_delegates(patched: str) -> None:
     mutations=st.lists(st.sampled_from(KIMI_HARMLESS + KIMI_REFUSED), min_size=1, max_size=3, unique=True),
 )
 def test_mutated_kimi_wrappers_delegate_or_are_refused(version, mutations):
-    source = READERS[version].read(KIMI)
+    source = reader(version).read(KIMI)
     for mutate in sorted(mutations, key=lambda m: m is crlf):
         source = mutate(source)
     verdict = kimi_verdict(version, source)
@@ -339,7 +342,7 @@ def test_mutated_kimi_wrappers_delegate_or_are_refused(version, mutations):
 def kimi_verdict(version: str, source: str) -> Verdict | None:
     """As ``apply`` judges Kimi-K2.5's file holding ``source``: the multimodal rule reads its class chain (None: it
     refuses the class), then the wrapper's codemod patches what the rule found."""
-    release = READERS[version].reading_through(lambda path: source if path == KIMI else READERS[version].read(path))
+    release = reader(version).reading_through(lambda path: source if path == KIMI else reader(version).read(path))
     chains = ChainReader(release.read)
     chain = chains.registered(*release.registry["KimiK25ForConditionalGeneration"])
     found = find_wrapper(release, chains, chain, FAMILIES) if chain is not None else Refused("unreadable")
@@ -380,7 +383,7 @@ def whitelist_values(patched: str) -> list[str]:
     ),
 )
 def test_mutated_gates_accept_the_new_types_or_are_refused(version, mutations):
-    read = READERS.setdefault(version, read_release(version))
+    read = reader(version)
     original = read.read(GATE)
     source = original
     for mutate in sorted(mutations, key=lambda m: m is crlf):

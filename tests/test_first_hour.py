@@ -360,6 +360,10 @@ def test_status_model_without_check_reports_and_exits_0(release):
     package_dir = release("0.17.1")
     alone = cli(package_dir, "status", "--model", "MixtralForCausalLM")
     assert alone.returncode == 0 and "model: MixtralForCausalLM" in alone.stdout, alone
+    (line,) = alone.stdout.splitlines()  # issue 41.2: one line, the verdict and the command that fixes it
+    assert line.endswith(f"; fix: vllm-eagle3-patch --vllm-dir {package_dir} apply"), line
+    verbose = cli(package_dir, "status", "--model", "MixtralForCausalLM", "--verbose").stdout
+    assert "state: unpatched" in verbose and verbose.splitlines()[-1] == line
     report = json.loads(cli(package_dir, "status", "--model", "MixtralForCausalLM", "--json").stdout)
     assert report["model"]["eagle3_target"] is False  # not before apply: --check makes that the exit code
     assert cli(package_dir, "status", "--check", "--model", "MixtralForCausalLM", "-q").returncode == 1

@@ -124,7 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         metavar="ARCH|DIR",
         help="say whether this model (an architecture name, or a checkpoint whose config.json names it) is an "
-        "EAGLE-3 target on this install; with --check, exit 0 when it is, whatever else is unpatched",
+        "EAGLE-3 target on this install, in one line (with the command that makes it one); with --check, exit 0 "
+        "when it is, whatever else is unpatched",
+    )
+    status.add_argument(
+        "-v", "--verbose", action="store_true", help="with --model: also the whole install's state and every file"
     )
     status.set_defaults(run=run_status)
 
@@ -290,11 +294,12 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         output.emit_json(json_objects.status_object(plan, model, architectures))
     elif not args.quiet:
-        text.print_status(plan)
+        if model is None or architectures is not None or args.verbose:
+            text.print_status(plan)
         if architectures is not None:
             text.print_architectures(architectures)
         if model is not None:
-            text.print_model(model)
+            text.print_model(model, fix=plan.install.command("apply") if model.apply_fixes else None)
     if not args.check:
         return 0
     if model is not None:

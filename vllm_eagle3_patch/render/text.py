@@ -113,9 +113,10 @@ def print_outcome(outcome: Outcome, stream: Optional[TextIO] = None) -> None:
         print(f"aux layer ids: {ids_text(outcome.options)}", file=stream)
 
 
-def print_model(model: TargetModel, stream: Optional[TextIO] = None) -> None:
-    """``status --model``: the model's verdict on this install (``stream`` None: stdout)."""
-    print(f"model: {target_verdict(model)}", file=stream)
+def print_model(model: TargetModel, stream: Optional[TextIO] = None, fix: Optional[str] = None) -> None:
+    """``status --model``: the model's verdict on this install, and the command that makes it a target where
+    ``apply`` does (``stream`` None: stdout)."""
+    print(f"model: {target_verdict(model)}" + (f"; fix: {fix}" if fix else ""), file=stream)
 
 
 def use_colour(stream: TextIO) -> bool:

@@ -4,8 +4,10 @@ on real release trees, whatever else on the install is unpatched."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
+from helpers.cli import run_cli
 from helpers.cli import run_on as cli
 
 
@@ -88,3 +90,36 @@ def test_any_registered_architecture_is_judged(release):
     assert code == 0 and mixtral["eagle3_target"] and "patched" in mixtral["verdict"], mixtral
     assert check(package_dir, "OuroForCausalLM")[0] == 1
     assert check(package_dir, "Phi3ForCausalLM")[0] == 0  # the gate admits its family's type whatever --only says
+
+
+def test_a_checkpoint_without_architectures_is_resolved_as_vllm_does(release, modern_python, tmp_path):
+    """Issue 41.3: Qwen2-VL's ``save_pretrained`` writes no ``architectures``; vLLM maps its ``model_type`` through
+    the transformers beside it (``MODEL_MAPPING_NAMES``: ``Qwen2VLModel``) and its registry's suffix rule
+    (``Qwen2VLForConditionalGeneration``). ``status --model`` and ``doctor`` do the same; without a transformers
+    that maps it (a bare tree), they say so in one line."""
+    package_dir = release("0.34.0")
+    checkpoint = tmp_path / "qwen2-vl"
+    checkpoint.mkdir()
+    text = {"model_type": "qwen2_vl_text", "num_hidden_layers": 28, "hidden_size": 1536, "vocab_size": 151936}
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "text_config": text}))
+    bare = run_cli("--vllm-dir", str(package_dir), "status", "--model", str(checkpoint))
+    assert bare.returncode == 1 and len(bare.stderr.strip().splitlines()) == 1
+    assert "no architectures list" in bare.stderr and "'qwen2_vl'" in bare.stderr
+    site = subprocess.run(
+        [str(modern_python), "-c", "import transformers, pathlib; print(pathlib.Path(transformers.__file__).parent)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (package_dir.parent / "transformers").symlink_to(site)
+    resolved = run_cli("--vllm-dir", str(package_dir), "status", "--model", str(checkpoint))
+    assert resolved.returncode == 0 and resolved.stdout.startswith("model: Qwen2VLForConditionalGeneration"), resolved
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 1536, "vocab_size": 151936})
+    )
+    doctor = run_cli(
+        "--vllm-dir", str(package_dir), "--json", "doctor", "--drafter", str(drafter), "--target", str(checkpoint)
+    )
+    assert "Qwen2VLForConditionalGeneration" in doctor.stdout, doctor.stdout + doctor.stderr

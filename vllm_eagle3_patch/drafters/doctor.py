@@ -61,7 +61,7 @@ from .drafter_config import (
     read_config,
     tensor_shapes,
 )
-from .target_model import TargetModel, module_path, target_model_of
+from .target_model import TargetModel, checkpoint_architecture, module_path, target_model_of
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class Context:
         """The target as the runner will hold it on this install (None: no target given)."""
         if self.target is None:
             return None
-        return target_model_of(self.plan, self.target.architecture or "", self.target)
+        return target_model_of(self.plan, checkpoint_architecture(self.release, self.target), self.target)
 
 
 def diagnose(plan: Plan, drafter: Path, target: Optional[Path]) -> Diagnosis:
@@ -254,7 +254,7 @@ def runner_reads(context: Context) -> tuple[RunnerRead, ...]:
     """What each GPU runner of the release takes from the drafter's config, read from its own code, and which of them
     a GPU user gets for the target by default (``Release.gpu_runner``)."""
     release = context.release
-    architecture = context.target.architecture if context.target is not None else None
+    architecture = checkpoint_architecture(release, context.target) if context.target is not None else None
     default = release.gpu_runner(architecture or "") if architecture or release.gpu_default is GpuDefault.ONLY else None
     return tuple(
         RunnerRead(path, read_ids(fields, context.drafter.data) if fields is not None else None, fields is not None)

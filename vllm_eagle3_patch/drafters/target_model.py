@@ -8,6 +8,7 @@ a deployment's own model, whatever else on the install is unpatched, and ``docto
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Optional
@@ -17,7 +18,7 @@ from ..codemod.family import Family, FoundWrapper
 from ..codemod.patch import State
 from ..discovery import PlatformVariant, model_types
 from ..eagle3.class_chain import ChainReader, registry_module
-from ..eagle3.release import PROPOSER_FILES
+from ..eagle3.release import PROPOSER_FILES, Release
 from ..errors import ToolError
 from ..patches.eagle_proposer import names_target
 from ..plan import FilePlan, Plan
@@ -89,7 +90,66 @@ class TargetModel:
 def target_model(plan: Plan, model: str) -> TargetModel:
     """``model``: an architecture name, or a checkpoint directory (or its config.json) naming one."""
     config = read_config(Path(model), "target") if Path(model).exists() else None
-    return target_model_of(plan, _architecture(model, config), config)
+    architecture = checkpoint_architecture(plan.release, config) if config is not None else model
+    return target_model_of(plan, architecture, config)
+
+
+TRANSFORMERS_MAPPING = "transformers/models/auto/modeling_auto.py"
+"""Where the transformers installed beside vLLM maps a ``model_type`` to its base model class (``MODEL_MAPPING_NAMES``),
+which vLLM takes for a checkpoint whose ``config.json`` names no architectures."""
+SUFFIXES = "_SUFFIX_TO_DEFAULTS"
+"""The release's table of architecture suffixes, by which its registry turns ``Qwen2VLModel`` into a class it has."""
+
+
+def checkpoint_architecture(release: Release, config: ModelConfig) -> str:
+    """The architecture vLLM serves a checkpoint with: its ``architectures``; else, as vLLM does, the base model
+    transformers maps its ``model_type`` to, then the first registered name the release's suffix rule gives it
+    (Qwen2-VL's ``save_pretrained`` writes no architectures: ``qwen2_vl`` -> ``Qwen2VLModel`` ->
+    ``Qwen2VLForConditionalGeneration``)."""
+    if config.architecture is not None:
+        return config.architecture
+    model_type = str(config.data.get("model_type", ""))
+    try:
+        mapping = (release.package_dir.parent / TRANSFORMERS_MAPPING).read_text(errors="replace")
+    except OSError:
+        mapping = ""  # no transformers beside this vLLM (a bare tree): vLLM could not map it either
+    base = (
+        None
+        if not model_type
+        else re.search(rf'^\s*\(\s*"{re.escape(model_type)}"\s*,\s*"(\w+)"\s*\)', _mapping_names(mapping), re.M)
+    )
+    if base is None:
+        raise ToolError(
+            f"{config.path}: no architectures list, and the transformers beside this vLLM maps no base model to "
+            f"model_type {model_type!r} (vLLM would need hf_overrides with the architectures too)"
+        )
+    return registered_name(release, base.group(1))
+
+
+def _mapping_names(source: str) -> str:
+    """The ``MODEL_MAPPING_NAMES = OrderedDict([...])`` block of transformers' auto-model file."""
+    start = source.find("MODEL_MAPPING_NAMES = ")
+    return source[start : source.find("\n)", start)] if start >= 0 else ""
+
+
+def registered_name(release: Release, name: str) -> str:
+    """``name`` as the release's registry resolves it: itself where registered; else with the suffix it ends with
+    replaced by each suffix of the release's table in turn, the first registered one (vLLM's ``_normalize_arch``)."""
+    if name in release.registry:
+        return name
+    tables = (release.read(path) or "" for path in release.tree.search(SUFFIXES))
+    suffixes = next((found for found in map(_suffixes, tables) if found), [])
+    ending = next((suffix for suffix in suffixes if name.endswith(suffix)), None)
+    if ending is None:
+        return name
+    candidates = (name.replace(ending, suffix) for suffix in suffixes)
+    return next((candidate for candidate in candidates if candidate in release.registry), name)
+
+
+def _suffixes(source: str) -> list[str]:
+    start = source.find(f"{SUFFIXES}:")
+    block = source[start : source.find("]\n", start)] if start >= 0 else ""
+    return re.findall(r'^\s*\(\s*"(\w+)"\s*,', block, re.M)
 
 
 def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:
@@ -191,14 +251,6 @@ def _proposer_reading_generically(plan: Plan, architecture: str) -> tuple[str, .
         for f in plan.files
         if f.path in PROPOSER_FILES and not names_target(plan.release.read(f.path) or "", architecture)
     )
-
-
-def _architecture(model: str, config: Optional[ModelConfig]) -> str:
-    if config is None:
-        return model
-    if config.architecture is None:
-        raise ToolError(f"{config.path}: no architectures list to tell which model class vLLM serves it with")
-    return config.architecture
 
 
 def _family_of_type(model_type: str) -> Optional[Family]:

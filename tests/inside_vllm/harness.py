@@ -69,8 +69,9 @@ def default_ids_getter() -> str:
     """
     import vllm
 
-    runner = Path(vllm.__file__).parent / "v1" / "worker" / "gpu_model_runner.py"
-    text = runner.read_text(encoding="utf-8")
+    worker = Path(vllm.__file__).parent / "v1" / "worker"
+    runners = (worker / "gpu_model_runner.py", worker / "gpu" / "spec_decode" / "eagle" / "eagle3_utils.py")
+    text = "".join(path.read_text(encoding="utf-8") for path in runners if path.exists())  # V1 is gone in 0.34.0
     for name in GETTERS:
         if f".{name}(" in text:
             return name

@@ -75,7 +75,7 @@ def default_ids_getter() -> str:
     for name in GETTERS:
         if f".{name}(" in text:
             return name
-    raise AssertionError(f"{runner} asks for no default aux layer ids")
+    raise AssertionError(f"{worker}: no runner asks for default aux layer ids")
 
 
 def deepseek_module() -> types.ModuleType:

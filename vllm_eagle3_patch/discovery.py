@@ -268,9 +268,9 @@ class _FamilyFinder:
         if multimodal:
             wrapper = find_wrapper(self.release, self.chains, chain, self.families)
             if isinstance(wrapper, FoundWrapper):
-                key = f"{architecture}@{path}"
-                self.wrappers[key] = replace(wrapper, model_types=model_types(architecture, module))
-                return PlatformVariant(path, variant.name, cuda, wrapper=key)
+                wrapper_key = f"{architecture}@{path}"
+                self.wrappers[wrapper_key] = replace(wrapper, model_types=model_types(architecture, module))
+                return PlatformVariant(path, variant.name, cuda, wrapper=wrapper_key)
         found = self._family_by_rule(variant.module, chain)
         if isinstance(found, str):
             return PlatformVariant(path, variant.name, cuda, refusal=found)

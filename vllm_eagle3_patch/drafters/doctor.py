@@ -257,9 +257,12 @@ def runner_reads(context: Context) -> tuple[RunnerRead, ...]:
     architecture = checkpoint_architecture(release, context.target) if context.target is not None else None
     default = release.gpu_runner(architecture or "") if architecture or release.gpu_default is GpuDefault.ONLY else None
     return tuple(
-        RunnerRead(path, read_ids(fields, context.drafter.data) if fields is not None else None, fields is not None)
-        if path != default
-        else RunnerRead(path, read_ids(fields, context.drafter.data) if fields is not None else None, True, True)
+        RunnerRead(
+            path,
+            read_ids(fields, context.drafter.data) if fields is not None else None,
+            fields is not None,
+            path == default,
+        )
         for path, fields in release.drafter_id_fields.items()
     )
 

@@ -123,10 +123,3 @@ def module_of(path: str) -> str:
     """``model_executor/models/gemma3.py`` -> ``vllm.model_executor.models.gemma3``; a package's
     ``__init__.py`` is the package."""
     return "vllm." + re.sub(r"(/__init__)?\.py$", "", path).replace("/", ".")
-
-
-def path_of(module: str) -> tuple[str, str]:
-    """``vllm.models.kimi_k3`` -> the two files that module may be: ``models/kimi_k3.py`` and
-    ``models/kimi_k3/__init__.py``."""
-    base = module.removeprefix("vllm.").replace(".", "/")
-    return f"{base}.py", f"{base}/__init__.py"

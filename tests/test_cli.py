@@ -412,7 +412,6 @@ def test_python_option_with_a_missing_interpreter(tmp_path):
             [3, 31, 59],
         ),
         ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}, "sglang", [2, 30, 58]),
-        ({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}, "sglang", [2, 30, 58]),
     ],
 )
 def test_aux_layers_from_a_drafter_checkpoint(release, tmp_path, config, convention, written):
@@ -425,6 +424,19 @@ def test_aux_layers_from_a_drafter_checkpoint(release, tmp_path, config, convent
     assert f"taken as {convention} ids" in completed.stdout
     assert f"vLLM ids: {', '.join(map(str, written))}" in completed.stdout
     assert json.loads(cli(package_dir, "status", "--json").stdout)["aux_layers"] == written
+
+
+def test_aux_layers_from_top_level_sglang_ids_is_refused_where_the_runner_reads_them(release, tmp_path):
+    """0.17.1's runner reads a drafter's top-level ids as its own (from 0.11.1): SGLang's [1, 29, 57] there reach it
+    one layer early whatever the getter says, so writing [2, 30, 58] into the getter would change nothing it uses;
+    apply refuses in one line, writes nothing, and points at the drafter's config."""
+    package_dir = release("0.17.1")
+    (tmp_path / "config.json").write_text(json.dumps({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}))
+    untouched = tree_digest(package_dir.parent)
+    refused = cli(package_dir, "apply", "--aux-layers-from", str(tmp_path))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "reads the drafter's eagle_aux_hidden_state_layer_ids [1, 29, 57] itself" in refused.stderr
+    assert tree_digest(package_dir.parent) == untouched
 
 
 def test_aux_layers_from_ambiguous_ids_need_a_convention(release, tmp_path):

@@ -142,3 +142,110 @@ def _difference_by_id(received: list[list[float]], expected: list[list[float]], 
         relative = (sum((a - b) ** 2 for a, b in pairs) / sum(b**2 for _, b in pairs)) ** 0.5
         summary[layer] = f"{largest:.3g} (relative {relative:.3g})"
     return summary
+
+
+# extract_hidden_states (tests/engine/test_methods_engine.py): vLLM saves the states, no drafter reads them
+
+SAVED_STATES_TOLERANCE = 1e-3
+"""float32 states, vLLM's sums against transformers' (measured about 2.5e-5 on the tiny targets)."""
+
+
+def found_by_rule_and_patchable(verdicts: dict[str, dict[str, Any]]) -> list[str]:
+    """The tiny targets (``tiny_models.TARGETS``, by model type, in its order) whose architecture, on an unpatched
+    release, the tool judges ``patchable`` (its own model file lacks EAGLE-3 until ``apply``) and found by rule
+    (no catalog family names it): the widest claim the tool makes, on code no hand-kept family describes.
+
+    ``verdicts``: ``status --architectures --json``'s ``architectures``, by architecture.
+    """
+    from vllm_eagle3_patch.catalog import FAMILIES
+    from vllm_eagle3_patch.verification.in_target.tiny_models import TARGETS
+
+    catalog = {family.name for family in FAMILIES}
+    return [
+        model_type
+        for model_type, tiny in TARGETS.items()
+        if verdicts.get(tiny.model_class, {}).get("verdict") == "patchable"
+        and verdicts[tiny.model_class]["family"] not in catalog
+    ]
+
+
+def refusal_of(package: Path, method: str, model_type: str) -> str:
+    """What the release's own code says first when ``method`` meets an unpatched target of ``model_type``: the
+    speculative-config gate (``config/speculative.py``: a ``*_supported`` list in the function that names
+    ``method``, matched as a substring of the model type) if it refuses the type, else the runner's check."""
+    import ast
+
+    tree = ast.parse((package / "config" / "speculative.py").read_text(encoding="utf-8"))
+    for function in (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)):
+        names_method = any(isinstance(n, ast.Constant) and n.value == method for n in ast.walk(function))
+        for node in ast.walk(function):
+            whitelisted = isinstance(node, ast.Assign) and isinstance(node.value, ast.List)
+            if names_method and whitelisted and any(getattr(t, "id", "").endswith("_supported") for t in node.targets):
+                entries = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+                if not any(entry in model_type for entry in entries):
+                    return GATE_ERROR
+    return INTERFACE_ERROR
+
+
+def run_extract_hidden_states(
+    python: Path, root: Path, models: Path, reference: dict[str, Any], layer_ids: list[int], saved_in: Path
+) -> dict[str, Any]:
+    """One eager engine run of ``extract_hidden_states`` at ``layer_ids`` on the tree at ``root``, the connector
+    writing into ``saved_in``.  One new token per prompt, as the method is used (the prompts' states, for a
+    drafter's training data); longer runs also meet 0.17.x's connector asserting on a decode step that got no
+    new KV block (``build_connector_meta``: ``assert new_block_ids is not None``; 0.18.0 skips it)."""
+    case = {
+        "target": str(models / "target"),
+        "method": "extract_hidden_states",
+        "layer_ids": layer_ids,
+        "hidden_states_dir": str(saved_in),
+        "drafter": None,
+        "prompts": reference["prompts"],
+        "max_tokens": 1,
+        "eager": True,
+    }
+    case_file = models / f"case-{os.getpid()}-extract-hidden-states-{saved_in.name}.json"
+    case_file.write_text(json.dumps(case))
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    completed = subprocess.run(
+        [python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600
+    )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, f"the engine run printed nothing: {completed.stderr[-3000:]}"
+    result = json.loads(lines[-1])
+    if result.get("vllm"):
+        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
+    return result
+
+
+def reference_states(reference: dict[str, Any], layer_ids: list[int]) -> list[list[list[list[float]]]]:
+    """Transformers' states ``[prompt][position][id][hidden]`` over each prompt, at ``layer_ids`` (each id taken
+    from a reference set that has it: ``tiny_models.reference``, vLLM's convention, id k entering layer k)."""
+    where = {i: (s, k) for s, data in reference["sets"].items() for k, i in enumerate(data["layer_ids"])}
+    missing = sorted(set(layer_ids) - set(where))
+    assert not missing, f"the reference has no states at ids {missing}"
+    return [
+        [
+            [reference["sets"][where[i][0]]["states"][p][position][where[i][1]] for i in layer_ids]
+            for position in range(len(prompt))
+        ]
+        for p, prompt in enumerate(reference["prompts"])
+    ]
+
+
+def assert_saved_states_match(run: dict[str, Any], reference: dict[str, Any], layer_ids: list[int]) -> dict[int, float]:
+    """Each prompt's file holds its token ids and, per position and id, transformers' state; returns the largest
+    difference by id (for the failure message and the docs)."""
+    assert_decoded(run)
+    saved, expected = run["saved_hidden_states"], reference_states(reference, layer_ids)
+    assert len(saved) == len(expected), f"{len(saved)} files for {len(expected)} prompts"
+    worst = dict.fromkeys(layer_ids, 0.0)
+    for prompt, got, want in zip(reference["prompts"], saved, expected):
+        assert got["token_ids"] == list(prompt), f"{got['path']} holds tokens {got['token_ids']}, not {prompt}"
+        shape = [len(got["hidden_states"]), len(got["hidden_states"][0]), len(got["hidden_states"][0][0])]
+        assert shape == [len(want), len(layer_ids), len(want[0][0])], f"{got['path']}: shape {shape}"
+        for got_position, want_position in zip(got["hidden_states"], want):
+            for i, a, b in zip(layer_ids, got_position, want_position):
+                worst[i] = max(worst[i], max(abs(x - y) for x, y in zip(a, b)))
+    assert max(worst.values()) < SAVED_STATES_TOLERANCE, f"saved states differ from transformers' by id: {worst}"
+    return worst

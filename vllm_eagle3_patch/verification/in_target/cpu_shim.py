@@ -6,7 +6,8 @@ memory profiler's CUDA query answered by zero), the greedy rejection-sampling ke
 counting drafts and acceptances), CUDA streams and events, the CPU platform where no ``vllm`` distribution names
 it, and the drafts an in-process engine client never hands the scheduler.  Each piece applies where the release
 needs it (``docs/engine.md`` says where).  One more is opt-in (:func:`in_place_rms_norm`): ``RMSNorm`` with a
-residual as on a GPU, in place.
+residual as on a GPU, in place; and one is for the ``extract_hidden_states`` method only
+(:func:`extract_hidden_states_on_cpu`): its drafts in the shape the runner copies.
 """
 
 from __future__ import annotations
@@ -228,3 +229,32 @@ def _calls_post_step(get_output: Callable[..., Any]) -> bool:
         return "post_step" in inspect.getsource(get_output)
     except (OSError, TypeError):
         return True
+
+
+def extract_hidden_states_on_cpu() -> None:
+    """What ``extract_hidden_states`` (vLLM 0.17.0+) needs on CPU beyond :func:`install`: the draft ids
+    in the shape the runner copies (:func:`_two_dimensional_drafts`)."""
+    _two_dimensional_drafts()
+
+
+def _two_dimensional_drafts() -> None:
+    """``ExtractHiddenStatesProposer.propose`` of 0.17.x returns ``sampled_token_ids.unsqueeze(-1)``,
+    ``[requests, sampled, 1]``, where the runner's synchronous copy (``_copy_draft_token_ids_to_cpu``:
+    ``draft_token_ids_cpu[:n].copy_(...)``, ``[requests, 1]``) needs two dimensions, and the first step fails
+    with ``output with shape [2, 1] doesn't match the broadcast shape [2, 2, 1]``.  A GPU with async
+    scheduling skips that copy; the CPU engine does not.  Upstream returns ``sampled_token_ids[:, :1]``
+    (0.21.0): the drafts are reshaped to that here, and left alone where they already have two dimensions.
+    The drafts are only ever verified by the target, so their value cannot change the tokens or the states.
+    """
+    proposers = importlib.import_module("vllm.v1.spec_decode.extract_hidden_states")
+    proposer_class = proposers.ExtractHiddenStatesProposer
+    propose = proposer_class.propose
+
+    def two_dimensional(self: Any, *args: Any, **kwargs: Any) -> Any:
+        proposed = propose(self, *args, **kwargs)
+        drafts, rest = (proposed[0], proposed[1:]) if isinstance(proposed, tuple) else (proposed, ())
+        if drafts.dim() == 3:
+            drafts = drafts[:, :1, 0]
+        return (drafts, *rest) if isinstance(proposed, tuple) else drafts
+
+    proposer_class.propose = two_dimensional

@@ -12,6 +12,12 @@ the DeepSeek model runs through its non-MLA attention with PyTorch's rotary and 
 and the drafter are the same code either way.  A case with ``"in_place_rms_norm": true``
 runs ``RMSNorm`` with a residual through vLLM's in-place fused kernel instead, as on a GPU
 (``cpu_shim.in_place_rms_norm``), and reports its calls.
+
+A case's ``method`` is the speculative method (default ``eagle3``, with the case's ``drafter``).
+``extract_hidden_states`` (vLLM 0.17.0+) takes no drafter: the case's ``layer_ids`` go to vLLM as the
+weightless drafter's ``eagle_aux_hidden_state_layer_ids``, and vLLM's ``ExampleHiddenStatesConnector``
+writes each request's states at those ids to ``<req_id>.safetensors`` in the case's ``hidden_states_dir``;
+the run reports what the files hold (``saved_hidden_states``).
 """
 
 from __future__ import annotations
@@ -176,7 +182,9 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
             cpu_shim.install()
             if case.get("in_place_rms_norm"):
                 cpu_shim.in_place_rms_norm()
-        captured = _capture_drafter_inputs() if case.get("drafter") else []
+            if _method(case) == EXTRACT_HIDDEN_STATES:
+                cpu_shim.extract_hidden_states_on_cpu()
+        captured = _capture_drafter_inputs() if case.get("drafter") and _method(case) == "eagle3" else []
         import vllm
         from vllm import LLM, SamplingParams
 
@@ -191,6 +199,8 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
         result["compilation"] = _compilation(llm)
         if captured:
             result["drafter_input"] = captured[0]
+        if _method(case) == EXTRACT_HIDDEN_STATES:
+            result["saved_hidden_states"] = _saved_hidden_states(outputs)
         if on_cpu and case.get("in_place_rms_norm"):
             result["in_place_rms_norm"] = dict(cpu_shim.IN_PLACE_RMS_NORM)
         result["ok"] = True
@@ -249,7 +259,9 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
         arguments["compilation_config"] = {"custom_ops": ["-rotary_embedding", rms_norm]}
     else:
         arguments["gpu_memory_utilization"] = 0.3
-    if case.get("drafter"):
+    if _method(case) == EXTRACT_HIDDEN_STATES:
+        arguments.update(_extract_hidden_states_arguments(case))
+    elif case.get("drafter"):
         speculative = {
             "method": "eagle3",
             "model": case["drafter"],
@@ -259,6 +271,58 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
             speculative["disable_padded_drafter_batch"] = True  # the padded path needs Triton kernels
         arguments["speculative_config"] = speculative
     return arguments
+
+
+EXTRACT_HIDDEN_STATES = "extract_hidden_states"
+HIDDEN_STATES_CONNECTOR = "ExampleHiddenStatesConnector"
+"""The KV connector vLLM registers for that method (``distributed/kv_transfer/kv_connector/factory.py``)."""
+
+
+def _method(case: dict[str, Any]) -> str:
+    """The case's speculative method: EAGLE-3 unless it names another, so older cases read as before."""
+    return str(case.get("method") or "eagle3")
+
+
+def _extract_hidden_states_arguments(case: dict[str, Any]) -> dict[str, Any]:
+    """The engine arguments of ``extract_hidden_states``, as vLLM 0.17.1 reads them.
+
+    ``config/speculative.py`` takes the weightless drafter's config from
+    ``draft_model_config["hf_config"]`` (the ids under ``eagle_aux_hidden_state_layer_ids``, which the
+    proposer requires) and the proposer asserts one speculative token; the connector, a ``kv_producer``,
+    writes where ``kv_connector_extra_config["shared_storage_path"]`` says.  No
+    ``disable_padded_drafter_batch``: the proposer refuses it, and its padded path needs no Triton.
+    """
+    speculative = {
+        "method": EXTRACT_HIDDEN_STATES,
+        "num_speculative_tokens": 1,
+        "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": list(case["layer_ids"])}},
+    }
+    transfer = {
+        "kv_connector": HIDDEN_STATES_CONNECTOR,
+        "kv_role": "kv_producer",
+        "kv_connector_extra_config": {"shared_storage_path": str(case["hidden_states_dir"])},
+    }
+    return {"speculative_config": speculative, "kv_transfer_config": transfer}
+
+
+def _saved_hidden_states(outputs: list[Any]) -> list[dict[str, Any]]:
+    """Per prompt, what the connector wrote: the file's ``token_ids`` and ``hidden_states``
+    (``[position][layer id][hidden]``), found by the path vLLM hands back in the request's
+    ``kv_transfer_params`` (``request_finished``: ``hidden_states_path``)."""
+    from safetensors.torch import load_file
+
+    saved = []
+    for output in outputs:
+        path = (getattr(output, "kv_transfer_params", None) or {}).get("hidden_states_path")
+        tensors = load_file(path) if path and Path(path).is_file() else {}
+        saved.append(
+            {
+                "path": path,
+                "token_ids": tensors["token_ids"].tolist() if "token_ids" in tensors else None,
+                "hidden_states": tensors["hidden_states"].float().tolist() if "hidden_states" in tensors else None,
+            }
+        )
+    return saved
 
 
 def _capture_drafter_inputs() -> list[list[list[float]]]:

@@ -21,6 +21,7 @@ from .codemod.patch import State
 from .discovery import Discovery, PlatformVariant, model_types
 from .drafters.gate import GateVerdict, gate_verdict
 from .eagle3.class_chain import Chain, ChainReader
+from .eagle3.methods import MethodSupport
 from .patches.pipeline_relay import carries_aux_across_ranks
 from .plan import FilePlan, Plan, least_finished
 
@@ -159,6 +160,9 @@ class ArchitectureVerdict:
     encoders of images, video or audio)."""
     gate: Optional[GateReason] = None
     """What the speculative-config gate adds, where it refuses the types or admits them only as patched."""
+    methods: tuple[str, ...] = ()
+    """The hidden-state methods vLLM serves it with on this install (``methods.METHODS``, as the release has them):
+    every one where both checks pass; where only the gate refuses, those the gate does not check."""
 
 
 def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
@@ -168,7 +172,7 @@ def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
     interface = plan.release.interface
     relays = interface is not None and interface.relay_key is not None
     kinds = (("text", plan.release.text_generation_models), ("multimodal", plan.release.multimodal_models))
-    return [
+    verdicts = [
         through_the_gate(
             replace(
                 judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays),
@@ -180,6 +184,17 @@ def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
         for kind, models in kinds
         for architecture, (module, cls) in models.items()
     ]
+    return [replace(verdict, methods=served_methods(verdict, plan.release.methods)) for verdict in verdicts]
+
+
+def served_methods(verdict: ArchitectureVerdict, methods: tuple[MethodSupport, ...]) -> tuple[str, ...]:
+    """What a deployment can run on it: every method where both checks pass, the ungated ones where only the gate
+    refuses, none where the runner does (or before ``apply``: a verdict is what this install serves now)."""
+    if verdict.verdict in ("native", "patched"):
+        return tuple(m.method.name for m in methods)
+    if verdict.gate is not None:
+        return tuple(m.method.name for m in methods if not m.gated)
+    return ()
 
 
 def through_the_gate(verdict: ArchitectureVerdict, gate: GateVerdict) -> ArchitectureVerdict:

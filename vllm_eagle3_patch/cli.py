@@ -215,9 +215,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="check a drafter against the target and this vLLM: architecture, sizes, and the layers "
         "vLLM will hand it (reads config.json files only; exit 1 unless consistent)",
     )
-    diagnose.add_argument("--drafter", type=Path, required=True, metavar="DIR", help="the EAGLE-3 drafter checkpoint")
+    diagnose.add_argument(
+        "--drafter",
+        type=Path,
+        metavar="DIR",
+        help="the drafter checkpoint: EAGLE-3, DFlash or DSpark (its config says which); without it, --target says "
+        "what extract_hidden_states will save",
+    )
     diagnose.add_argument("--target", type=Path, metavar="DIR", help="the target model checkpoint (its config.json)")
-    diagnose.set_defaults(run=run_doctor)
+    diagnose.add_argument(
+        "--layers",
+        type=parse_saved_layer_ids,
+        metavar="IDS",
+        help="without --drafter: the ids extract_hidden_states is given (eagle_aux_hidden_state_layer_ids), "
+        "e.g. 2,16,29; default: the target's own",
+    )
+    diagnose.set_defaults(run=run_doctor, usage=diagnose)
 
     for command in (status, diff, apply, revert, check, diagnose):
         add_install_options(command, default=argparse.SUPPRESS)  # also after the subcommand, as users type them
@@ -261,6 +274,14 @@ def add_output_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument(
         "-q", "--quiet", action="store_true", default=default, help="print nothing but errors; rely on the exit code"
     )
+
+
+def parse_saved_layer_ids(text: str) -> tuple[int, ...]:
+    """``2,16,29``: any number of distinct ids (extract_hidden_states saves as many as it is given)."""
+    try:
+        return layer_ids.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def parse_layer_ids(text: str) -> Optional[tuple[int, ...]]:
@@ -371,8 +392,12 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_doctor(args: argparse.Namespace) -> int:
+    if args.drafter is None and args.target is None:
+        args.usage.error("give --drafter DIR (and --target DIR), or --target DIR alone for extract_hidden_states")
+    if args.drafter is not None and args.layers is not None:
+        args.usage.error("--layers is for extract_hidden_states, without --drafter (a drafter names its own ids)")
     plan = make_plan(find_install(args), states_only=True)
-    diagnosis = doctor.diagnose(plan, args.drafter, args.target)
+    diagnosis = doctor.diagnose(plan, args.drafter, args.target, args.layers)
     if args.json:
         output.emit_json(json_objects.diagnosis_object(diagnosis))
     elif not args.quiet:

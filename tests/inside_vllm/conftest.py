@@ -17,8 +17,9 @@ import pytest
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 HERE = Path(__file__).resolve().parent
-collect_ignore = [] if "VLLM_EAGLE3_PATCH_DECODERS" in os.environ else ["test_every_target.py"]
-"""That module checks the decoders the outer test names (tests/test_every_target.py), and only then runs."""
+collect_ignore = [] if "VLLM_EAGLE3_PATCH_DECODERS" in os.environ else ["test_every_target.py", "test_first_layer.py"]
+"""Those modules check the decoders the outer tests name (tests/test_every_target.py, tests/test_methods.py), and
+only then run."""
 if "VLLM_EAGLE3_PATCH_V2_RUNNER" not in os.environ:
     collect_ignore.append("test_model_runner_v2.py")  # run by tests/test_model_runner_v2.py, which names V2's helper
 IN_TARGET = HERE.parents[1] / "vllm_eagle3_patch" / "verification" / "in_target"

@@ -18,6 +18,7 @@ from ..codemod.patch import State
 from ..eagle3 import layer_ids
 from ..eagle3.class_chain import ChainReader
 from ..eagle3.drafter_id_fields import read_ids
+from ..eagle3.methods import EAGLE3, EXTRACT_HIDDEN_STATES, Method, drafter_method
 from ..eagle3.native_ids import native_default
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import GETTERS, GpuDefault, Lookup, Release
@@ -54,6 +55,7 @@ from .doctor_facts import (
 from .drafter_config import (
     Convention,
     DrafterIds,
+    Inference,
     Location,
     ModelConfig,
     drafter_ids,
@@ -67,7 +69,8 @@ from .target_model import TargetModel, checkpoint_architecture, module_path, tar
 @dataclass(frozen=True)
 class Diagnosis:
     plan: Plan
-    drafter: ModelConfig
+    drafter: Optional[ModelConfig]
+    """None: ``doctor --target`` alone, for ``extract_hidden_states``."""
     target: Optional[ModelConfig]
     findings: tuple[Finding, ...]
     captured: Optional[tuple[int, ...]]
@@ -88,6 +91,8 @@ class Context:
     target: Optional[ModelConfig]
     ids: DrafterIds
     shapes: dict[str, list[int]]
+    method: Method = EAGLE3
+    """The method the drafter is for (``methods.drafter_method``); ``extract_hidden_states`` without one."""
 
     @property
     def num_layers(self) -> Optional[int]:
@@ -101,16 +106,24 @@ class Context:
         return target_model_of(self.plan, checkpoint_architecture(self.release, self.target), self.target)
 
 
-def diagnose(plan: Plan, drafter: Path, target: Optional[Path]) -> Diagnosis:
-    drafter_config = read_config(drafter, "drafter")
+def diagnose(
+    plan: Plan, drafter: Optional[Path], target: Optional[Path], layers: Optional[tuple[int, ...]] = None
+) -> Diagnosis:
+    """The drafter against the target and this install; without a drafter, what ``extract_hidden_states`` will save
+    of the target (``layers``: the ids a deployment asks for, else the target's default)."""
     target_config = read_config(target, "target") if target is not None else None
+    if drafter is None:
+        return diagnose_extraction(plan, target_config, layers)
+    drafter_config = read_config(drafter, "drafter")
+    method = drafter_method(drafter_config.data)
     context = Context(
         plan=plan,
         release=plan.release,
         drafter=drafter_config,
         target=target_config,
-        ids=drafter_ids(drafter_config),
+        ids=drafter_ids(drafter_config, method),
         shapes=tensor_shapes(drafter_config.directory),
+        method=method,
     )
     captured, source = captured_layers(context)
     expected = expected_layers(context)
@@ -126,6 +139,40 @@ def diagnose(plan: Plan, drafter: Path, target: Optional[Path]) -> Diagnosis:
         pipeline_finding(context),
     )
     return Diagnosis(plan, drafter_config, target_config, findings, captured, expected)
+
+
+EXTRACTION_CONFIG = "speculative_config.draft_model_config.hf_config"
+"""Where ``extract_hidden_states`` takes its ids from: the dict a deployment passes stands in for a drafter's config."""
+
+
+def diagnose_extraction(plan: Plan, target: Optional[ModelConfig], layers: Optional[tuple[int, ...]]) -> Diagnosis:
+    """``extract_hidden_states`` has no drafter: the runner reads ids from the ``hf_config`` the deployment gives
+    (``layers``) as it reads a drafter's, else asks the target; so the same checks answer which layers it saves."""
+    given = ModelConfig(Path(EXTRACTION_CONFIG), {FIELD: list(layers)} if layers is not None else {})
+    ids = DrafterIds(Location.TOP_LEVEL, layers) if layers is not None else DrafterIds(Location.ABSENT)
+    context = Context(plan, plan.release, given, target, ids, {}, EXTRACT_HIDDEN_STATES)
+    captured, source = captured_layers(context)
+    findings = (release_finding(context), saved_finding(context, captured, source))
+    return Diagnosis(plan, None, target, findings, captured, None)
+
+
+def saved_finding(context: Context, captured: Optional[tuple[int, ...]], source: CaptureSource) -> Finding:
+    """The layers ``extract_hidden_states`` will save, and whether the target's decoder can capture each."""
+    check, n = CheckName.LAYERS, context.num_layers
+    if captured is None:
+        return Finding(check, Assessment.UNKNOWN, LayersFacts(LayersFound.CAPTURE_UNKNOWN, source))
+    if n is not None and any(i > n for i in captured):
+        facts = LayersFacts(LayersFound.BEYOND_THE_TARGET, source, captured, layers=n)
+        return Finding(check, Assessment.PROBLEM, facts)
+    trap = _first_layer_trap(context, captured)
+    facts = LayersFacts(LayersFound.SAVED, source, captured, layers=n, trap=trap)
+    return Finding(check, Assessment.PROBLEM if trap else Assessment.OK, facts, Remedy.NOT_LAYER_ZERO if trap else None)
+
+
+def _first_layer_trap(context: Context, captured: tuple[int, ...]) -> Optional[str]:
+    """Where the target's decoder, vLLM's own, fails at id 0, if ``captured`` asks for it."""
+    model = context.model
+    return model.first_layer_trap if model is not None and 0 in captured else None
 
 
 # --------------------------------------------------------------------------- the release
@@ -179,6 +226,8 @@ def architecture_finding(context: Context) -> Finding:
         return Finding(check, Assessment.UNKNOWN, ArchitectureFacts(Loading.SPECULATORS_FORMAT))
     if architecture is None:
         return Finding(check, Assessment.UNKNOWN, ArchitectureFacts(Loading.NO_ARCHITECTURES))
+    if context.method is not EAGLE3:
+        return method_drafter_finding(context, architecture)
     if lookup is None:
         return Finding(check, Assessment.PROBLEM, ArchitectureFacts(Loading.NO_EAGLE3_DRAFTER), Remedy.UPGRADE_VLLM)
     loaded = lookup.looked_up(architecture)
@@ -195,6 +244,21 @@ def architecture_finding(context: Context) -> Finding:
         fix = SetDrafterConfig(context.drafter.path, "architectures", [lookup_free_llama(lookup)])
         return Finding(check, Assessment.PROBLEM, facts, fix)
     return Finding(check, Assessment.PROBLEM, facts, Remedy.REGISTERED_DRAFTER)
+
+
+def method_drafter_finding(context: Context, architecture: str) -> Finding:
+    """A DFlash or DSpark drafter: the release must have the method, and register the class (as named, or with the
+    method's prefix its ``EAGLEConfig`` adds: ``DFlash{X}``)."""
+    method, check = context.method, CheckName.ARCHITECTURE
+    if method.name not in {m.method.name for m in context.release.methods}:
+        facts = ArchitectureFacts(Loading.NO_SUCH_METHOD, architecture, method=method)
+        return Finding(check, Assessment.PROBLEM, facts, Remedy.NEWER_VLLM_FOR_METHOD)
+    names = (architecture, *(f"{sign}{architecture}" for sign in method.drafter_signs if sign[0].isupper()))
+    loaded = next((name for name in names if name in context.release.registered), None)
+    if loaded is None:
+        facts = ArchitectureFacts(Loading.NOT_REGISTERED, architecture, architecture, method=method)
+        return Finding(check, Assessment.PROBLEM, facts, Remedy.REGISTERED_DRAFTER)
+    return Finding(check, Assessment.OK, ArchitectureFacts(Loading.REGISTERED, architecture, loaded, method=method))
 
 
 def lookup_free_llama(lookup: Lookup) -> str:
@@ -299,6 +363,9 @@ def convention_finding(context: Context) -> Finding:
     check = CheckName.CONVENTION
     if context.ids.ids is None:
         return Finding(check, Assessment.NOTE, ConventionFacts(None))
+    if context.method.names_layer_outputs:  # one convention for the method's drafters: no evidence to weigh
+        why = f"{context.method.name} drafters name the layer whose output they read: vLLM's id is one higher"
+        return Finding(check, Assessment.OK, ConventionFacts(Inference(Convention.SGLANG, why)))
     inference = infer_convention(context.ids, context.num_layers)
     if inference.convention is None:
         return Finding(check, Assessment.UNKNOWN, ConventionFacts(inference), Remedy.CHOOSE_CONVENTION)
@@ -372,6 +439,8 @@ def _model_state(model: TargetModel) -> State:
 def expected_layers(context: Context) -> Optional[tuple[int, ...]]:
     """The vLLM ids the drafter was trained on (None: unknown)."""
     found, n = context.ids, context.num_layers
+    if context.method.names_layer_outputs:
+        return Convention.SGLANG.to_vllm(found.ids) if found.ids is not None else None
     if found.ids is None:  # trained on the common default, which is no default where it repeats ids
         return layer_ids.upstream_default(n) if n is not None and n >= layer_ids.SMALLEST_DISTINCT_DEFAULT else None
     convention = infer_convention(found, n).convention
@@ -385,6 +454,10 @@ def layers_finding(
     if captured is None:
         return Finding(check, Assessment.UNKNOWN, LayersFacts(LayersFound.CAPTURE_UNKNOWN, source))
     fix = fix_layers(context, source, expected) if expected else None
+    trap = _first_layer_trap(context, captured)
+    if trap is not None:
+        facts = LayersFacts(LayersFound.FIRST_LAYER, source, captured, expected or (), layers=n, trap=trap)
+        return Finding(check, Assessment.PROBLEM, facts, Remedy.NOT_LAYER_ZERO)
     if n is not None and any(i > n for i in captured):
         facts = LayersFacts(LayersFound.BEYOND_THE_TARGET, source, captured, layers=n)
         return Finding(check, Assessment.PROBLEM, facts, fix)

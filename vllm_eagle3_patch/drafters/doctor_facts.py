@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from ..eagle3.drafter_id_fields import IdsRead
+from ..eagle3.methods import Method
 from ..eagle3.native_ids import NativeDefault
 from ..eagle3.release import GpuDefault, Lookup
 from ..plan import FilePlan, Plan
@@ -86,6 +87,10 @@ class Loading(enum.Enum):
     NOT_REGISTERED = "not registered"
     MLA_ON_FIXED = "MLA on fixed"
     """An MLA drafter where the release builds the Llama one whatever the config names."""
+    NO_SUCH_METHOD = "no such method"
+    """The drafter is another method's (DFlash, DSpark), which this release does not have."""
+    EXTRACTION = "extraction"
+    """No drafter: ``extract_hidden_states`` saves the states (``doctor --target`` alone)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,8 @@ class ArchitectureFacts:
     loaded: Optional[str] = None
     """The class the lookup makes of the architecture."""
     lookup: Optional[Lookup] = None
+    method: Optional[Method] = None
+    """The method the drafter is for, where it is not EAGLE-3 (``methods.drafter_method``)."""
 
 
 class Sizes(enum.Enum):
@@ -227,6 +234,10 @@ class LayersFound(enum.Enum):
     UNDECIDED_CONVENTION = "undecided convention"
     OTHER_LAYERS = "other layers"
     SAME_LAYERS = "same layers"
+    FIRST_LAYER = "first layer"
+    """Id 0, which the target's decoder (vLLM's own) cannot capture (``LayersFacts.trap``)."""
+    SAVED = "saved"
+    """``extract_hidden_states``: the layers it will save (no drafter to compare with)."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +253,8 @@ class LayersFacts:
     """How many hidden states the drafter's fc takes."""
     candidates: tuple[tuple[Convention, tuple[int, ...]], ...] = ()
     """``LayersFound.UNDECIDED_CONVENTION``: the vLLM ids the drafter's ids name in each convention."""
+    trap: Optional[str] = None
+    """``LayersFound.FIRST_LAYER`` (and a warning with ``SAVED``): ``path:line`` of the capture that fails at id 0."""
 
 
 class Carrying(enum.Enum):
@@ -296,6 +309,10 @@ class Remedy(enum.Enum):
     INTACT_CHECKPOINT = "intact checkpoint"
     CHOOSE_CONVENTION = "choose convention"
     """``apply --aux-layers-from`` the drafter, with the convention it was trained in."""
+    NEWER_VLLM_FOR_METHOD = "newer vLLM for method"
+    """A vLLM that has the drafter's method (``ArchitectureFacts.method``)."""
+    NOT_LAYER_ZERO = "not layer zero"
+    """Ids without 0: vLLM's own decoder cannot capture it."""
 
 
 @dataclass(frozen=True)

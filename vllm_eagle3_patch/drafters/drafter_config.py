@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..eagle3 import layer_ids
+from ..eagle3.methods import EAGLE3, Method
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..errors import ToolError
 
@@ -34,6 +35,8 @@ class Location(str, enum.Enum):
 
     TOP_LEVEL = "top level"
     EAGLE_CONFIG = "eagle_config"
+    METHOD_FIELD = "the method's field"
+    """A DFlash or DSpark drafter's own field (``dflash_config.target_layer_ids``): ``DrafterIds.field`` names it."""
     ABSENT = "absent"
 
 
@@ -86,18 +89,37 @@ class DrafterIds:
 
     location: Location
     ids: Optional[tuple[int, ...]] = None
+    field: str = FIELD
+    """Where they are, as written (``eagle_config.eagle_aux_hidden_state_layer_ids``, ``dflash_config.layer_ids``)."""
 
 
-def drafter_ids(config: ModelConfig) -> DrafterIds:
-    """Top level first (where vLLM reads them), then ``eagle_config`` (where SpecForge writes them)."""
+def drafter_ids(config: ModelConfig, method: Method = EAGLE3) -> DrafterIds:
+    """An EAGLE-3 drafter's: top level first (where vLLM reads them), then ``eagle_config`` (where SpecForge writes
+    them).  Another method's: the first of its fields (``Method.id_fields``) the config has."""
+    if method is not EAGLE3 and method.drafts:
+        return _method_ids(config, method)
     nested = config.data.get("eagle_config")
     for location, block in ((Location.TOP_LEVEL, config.data), (Location.EAGLE_CONFIG, nested)):
         if isinstance(block, dict) and FIELD in block:
             where = FIELD if location is Location.TOP_LEVEL else f"eagle_config.{FIELD}"
             try:
-                return DrafterIds(location, layer_ids.validate(block[FIELD], f"{config.path}: {where}"))
+                return DrafterIds(location, layer_ids.validate(block[FIELD], f"{config.path}: {where}"), where)
             except ValueError as error:
                 raise ToolError(str(error)) from None
+    return DrafterIds(Location.ABSENT)
+
+
+def _method_ids(config: ModelConfig, method: Method) -> DrafterIds:
+    for name in method.id_fields:
+        value: object = config.data
+        for key in name.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            try:
+                ids = layer_ids.validate(value, f"{config.path}: {name}")
+            except ValueError as error:
+                raise ToolError(str(error)) from None
+            return DrafterIds(Location.METHOD_FIELD, ids, name)
     return DrafterIds(Location.ABSENT)
 
 

@@ -9,7 +9,7 @@ a deployment's own model, whatever else on the install is unpatched, and ``docto
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
@@ -18,6 +18,8 @@ from ..codemod.family import Family, FoundWrapper
 from ..codemod.patch import State
 from ..discovery import PlatformVariant, model_types
 from ..eagle3.class_chain import ChainReader, registry_module
+from ..eagle3.methods import MethodSupport
+from ..eagle3.native_ids import first_layer_trap
 from ..eagle3.release import PROPOSER_FILES, Release
 from ..errors import ToolError
 from ..patches.eagle_proposer import names_target
@@ -54,16 +56,37 @@ class TargetModel:
     unknown: Optional[str] = None
     """Why nothing can be judged: the release's EAGLE-3 interface was not established (``Release.no_eagle3``)."""
 
+    first_layer_trap: Optional[str] = None
+    """``path:line`` of vLLM's own decoder capture that fails at aux id 0 (``native_ids.first_layer_trap``)."""
+    methods: tuple[MethodSupport, ...] = ()
+    """The release's hidden-state methods (``Release.methods``): a class that implements the interface serves each
+    one the gate lets through."""
+
     @property
-    def ready(self) -> bool:
+    def implements(self) -> bool:
+        """The class the runner holds passes its check (``supports_eagle3``, the methods), whatever the gate says."""
         if self.wrapper is not None:
-            files_ready = self.gate.admits and all(f.state in READY for f in self.files)
-            return files_ready and (
-                not self.wrapper.chosen_by_checkpoint or bool(self.language_model and self.language_model.ready)
+            return all(f.state in READY for f in self.files) and (
+                not self.wrapper.chosen_by_checkpoint or bool(self.language_model and self.language_model.implements)
             )
         if self.declares_eagle3:
-            return self.gate.admits
-        return self.family is not None and self.gate.admits and all(f.state in READY for f in self.files)
+            return True
+        return self.family is not None and all(f.state in READY for f in self.files)
+
+    @property
+    def ready(self) -> bool:
+        """A target for EAGLE-3 on this install: the runner's check and the gate's."""
+        inner_admits = self.language_model is None or self.language_model.gate.admits
+        return self.implements and self.gate.admits and inner_admits
+
+    @property
+    def serves(self) -> tuple[str, ...]:
+        """The hidden-state methods vLLM serves it with on this install: every one the release has, where the class
+        implements the interface and the gate (where it checks that method) admits its model type."""
+        if not self.implements or self.unknown is not None:
+            return ()
+        admitted = self.gate.admits and (self.language_model is None or self.language_model.gate.admits)
+        return tuple(m.method.name for m in self.methods if admitted or not m.gated)
 
     @property
     def native(self) -> bool:
@@ -153,6 +176,17 @@ def _suffixes(source: str) -> list[str]:
 
 
 def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:
+    """The model the registry serves ``architecture`` with, the hidden-state methods the release has, and where its
+    decoder, vLLM's own, cannot capture id 0."""
+    release = plan.release
+    entry = release.registry.get(architecture)
+    trap = None
+    if entry is not None and release.unknown is None:
+        trap = first_layer_trap(ChainReader(release.read), release.read, *entry, release.registry)
+    return replace(_judged(plan, architecture, config), methods=plan.release.methods, first_layer_trap=trap)
+
+
+def _judged(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:
     """The model the registry serves ``architecture`` with; a checkpoint's model type where the
     release does not register its architecture (a multimodal class older releases lack).  Given by name,
     it is judged by every model type its checkpoints name (``discovery.model_types``), never one guessed."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 import ast
 import operator
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
-from .class_chain import Chain
+from .class_chain import Chain, ChainReader, ClassInfo
 from .release import GETTERS, ReadFile
 
 _OPERATORS: dict[type, Callable[[int, int], int]] = {
@@ -95,3 +95,102 @@ def _evaluate(node: ast.AST, n: int, counts: frozenset[str]) -> Optional[int]:
             return None
         return _OPERATORS[type(node.op)](left, right)
     return None
+
+
+# --------------------------------------------------------------------------- ids a native decoder cannot capture
+
+
+def first_layer_trap(
+    reader: ChainReader, read: ReadFile, module: str, cls: str, registry: Mapping[str, tuple[str, str]]
+) -> Optional[str]:
+    """Where the decoder a registered class runs cannot capture aux id 0, as ``path:line`` (None: it can, or this
+    tool cannot find the decoder's capture).
+
+    Upstream's own collecting loops (``qwen2.py`` up to 0.17.x, which Qwen2-VL inherits; ``deepseek_v2.py`` from
+    0.18.0) capture ``hidden_states + residual`` at the top of the loop, while ``residual`` is still the ``None``
+    the first rank starts with: a drafter asking for id 0 makes the engine fail in its first forward.  The decoders
+    this tool patches capture id 0 (``patches/decoder_loop.py``); vLLM's own must be warned about."""
+    decoder = collecting_decoder(reader, module, cls, registry)
+    if decoder is None:
+        return None
+    path = decoder.module.replace(".", "/") + ".py"
+    try:
+        tree = ast.parse(read(path) or "")
+    except SyntaxError:
+        return None
+    klass = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == decoder.name), None)
+    forward = (
+        next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None) if klass else None
+    )
+    line = _capture_of_none(forward) if forward is not None else None
+    return f"{path}:{line}" if line is not None else None
+
+
+def collecting_decoder(
+    reader: ChainReader, module: str, cls: str, registry: Mapping[str, tuple[str, str]]
+) -> Optional[ClassInfo]:
+    """The class whose ``forward`` collects aux states, on the registered class's chain or held by it (its
+    ``self.model``, a multimodal class's language model built by the registry, and its model), breadth first."""
+    start = reader.registered(module, cls)
+    pending = list(start.classes) if start is not None else []
+    seen: set[tuple[str, str]] = set()
+    while pending and len(seen) < 32:
+        info = pending.pop(0)
+        if (info.module, info.name) in seen:
+            continue
+        seen.add((info.module, info.name))
+        if info.collects:
+            return info
+        for _, held in info.holds:
+            chain = reader.chain(info.module, held) if reader.resolve(info.module, held) else None
+            found = reader.resolve(info.module, held)
+            pending.extend(chain.classes if chain is not None else [found] if found is not None else [])
+        for _, architectures in info.registered:
+            chains = [reader.registered(*registry[a]) for a in architectures if a in registry]
+            pending.extend(c for chain in chains if chain is not None for c in chain.classes)
+    return None
+
+
+def _capture_of_none(forward: ast.FunctionDef) -> Optional[int]:
+    """The line of a capture in ``forward``'s decoder loop that adds a name the function binds to ``None`` before
+    the loop and the loop has not rebound yet (unconditionally) when it captures."""
+    loop = next((s for s in ast.walk(forward) if isinstance(s, ast.For) and _mentions_aux_layers(s)), None)
+    if loop is None:
+        return None
+    none_before = {
+        target.id
+        for node in ast.walk(forward)
+        if isinstance(node, ast.Assign) and node.lineno < loop.lineno and _is_none(node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    rebound: set[str] = set()
+    for statement in loop.body:
+        if isinstance(statement, ast.If) and _mentions_aux_layers(statement.test):
+            added = {
+                operand.id
+                for node in ast.walk(statement)
+                if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+                for operand in (node.left, node.right)
+                if isinstance(operand, ast.Name)
+            }
+            guarded = {  # hidden_states if residual is None else hidden_states + residual
+                n.left.id
+                for n in ast.walk(statement)
+                if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name) and _is_none(n.comparators[0])
+            }
+            trapped = (added & none_before) - rebound - guarded
+            if trapped:
+                return statement.lineno
+        if isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            rebound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return None
+
+
+def _mentions_aux_layers(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Attribute) and n.attr == "aux_hidden_state_layers" for n in ast.walk(node))
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None

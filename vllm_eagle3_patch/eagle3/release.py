@@ -25,6 +25,7 @@ from .tree import ListFiles, ReadFile, Searched, Tree, file_reader, module_of
 
 if TYPE_CHECKING:
     from .drafter_id_fields import IdField
+    from .methods import MethodSupport
 
 __all__ = ["ReadFile", "file_reader"]  # re-exported: the tree's reader is the release's
 
@@ -263,6 +264,13 @@ class Release:
             if any(sign in (self.read(candidate) or "") for sign in GATE_SIGNS):
                 return candidate
         return existing[0] if existing else None
+
+    @cached_property
+    def methods(self) -> tuple[MethodSupport, ...]:
+        """The hidden-state methods this release has (``methods.METHODS``), and which its gate checks."""
+        from .methods import methods_in  # it names the release's fields: imported here, not above
+
+        return methods_in(self.read(self.gate_file) if self.gate_file else None)
 
     def gate_admits(self, model_type: str) -> bool:
         """Whether this release's EAGLE-3 gate lets ``hf_text_config.model_type`` through as it stands."""

@@ -40,7 +40,7 @@ from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import REGISTRY, RUNNER, V2_PACKAGE, V2_SWITCH, GpuDefault
 from ..plan import Plan
 from .plan_words import file_reason, plan_reason
-from .words import target_verdict
+from .words import first_layer_words, target_verdict
 
 _OTHER_SIZE = {CheckName.HIDDEN_SIZE: "trained for another model", CheckName.VOCABULARY: "another tokenizer"}
 """What a size that differs from the target's means, by check."""
@@ -96,16 +96,21 @@ def architecture_detail(facts: ArchitectureFacts, diagnosis: Diagnosis) -> str:
             "a speculators-format config: vLLM converts it itself (transformers_utils/configs/speculators); not checked"
         )
     if facts.loading is Loading.NO_ARCHITECTURES:
-        return f"{diagnosis.drafter.path}: no architectures list"
+        return f"{diagnosis.drafter.path if diagnosis.drafter else 'the drafter'}: no architectures list"
     if facts.loading is Loading.NO_EAGLE3_DRAFTER:
         return f"vLLM {version} loads no EAGLE-3 drafter"
     if facts.loading is Loading.FIXED:
         return f"{architecture} loads: vLLM {version}: {lookup}"
+    method = f"a {facts.method.name} drafter" if facts.method is not None else ""
+    if facts.loading is Loading.NO_SUCH_METHOD and facts.method is not None:
+        return f"{architecture} is {method}, and vLLM {version} has no {facts.method.name} (from {facts.method.since})"
     if facts.loading is Loading.REGISTERED:
         renamed = f" as {loaded}" if loaded != architecture else ""
-        return f"{architecture} loads{renamed} (registered in {REGISTRY})"
+        return f"{architecture} loads{renamed} (registered in {REGISTRY})" + (f": {method}" if method else "")
     if facts.loading is Loading.MLA_ON_FIXED:
         return f"{architecture} is an MLA drafter, but vLLM {version}: {lookup}"
+    if method:
+        return f"{architecture} is {method}, and vLLM {version} does not register it in {REGISTRY}"
     return f"{architecture} cannot load on vLLM {version}: {lookup}, and {loaded} is not in {REGISTRY}"
 
 
@@ -200,7 +205,21 @@ def layers_detail(facts: LayersFacts, plan: Plan) -> str:
         return f"{will}; the drafter expects {candidates}, undecided"
     if facts.found is LayersFound.OTHER_LAYERS:
         return f"{will}; the drafter was trained on {list(facts.expected)}"
+    if facts.found is LayersFound.FIRST_LAYER and facts.trap:
+        return f"{will}, but not layer 0: {first_layer_words(facts.trap)}"
+    if facts.found is LayersFound.SAVED:
+        saved = f"extract_hidden_states will save {list(facts.captured)} ({source}): " + "; ".join(
+            saved_layer_words(i, facts.layers) for i in facts.captured
+        )
+        return saved + (f"; but not layer 0: {first_layer_words(facts.trap)}" if facts.trap else "")
     return f"{will}; the drafter was trained on the same"
+
+
+def saved_layer_words(layer: int, layers: Optional[int]) -> str:
+    """What vLLM's aux id ``layer`` is, in the words of a model's layers and of transformers' hidden states."""
+    if layers is not None and layer == layers:
+        return f"{layer} = the stream leaving the last layer, before the final norm"
+    return f"{layer} = the stream entering layer {layer} (transformers' hidden_states[{layer}])"
 
 
 def capture_source(source: CaptureSource, plan: Plan) -> str:
@@ -256,7 +275,8 @@ def pipeline_detail(facts: PipelineFacts, version: str) -> str:
 
 def fix_text(fix: Fix, diagnosis: Diagnosis) -> str:
     """The command that fixes a finding, for this install and this drafter; or the step where no command does."""
-    command, drafter = diagnosis.plan.install.command(), diagnosis.drafter.directory
+    command = diagnosis.plan.install.command()
+    drafter = diagnosis.drafter.directory if diagnosis.drafter is not None else "DRAFTER_DIR"
     if isinstance(fix, SetDrafterConfig):
         return set_config_command(fix.path, fix.key, fix.value)
     if isinstance(fix, ApplyAuxLayers):
@@ -275,10 +295,20 @@ def fix_text(fix: Fix, diagnosis: Diagnosis) -> str:
         ),
         Remedy.TRAINED_DRAFTER: "use the drafter trained for this target",
         Remedy.INTACT_CHECKPOINT: "use an intact drafter checkpoint",
+        Remedy.NEWER_VLLM_FOR_METHOD: _newer_for_method(diagnosis),
+        Remedy.NOT_LAYER_ZERO: (
+            "ask for ids from 1 (a drafter trained on other layers, or other extract_hidden_states ids): "
+            "vLLM's own decoder of this target cannot hand over layer 0"
+        ),
         Remedy.CHOOSE_CONVENTION: (
             f"{command} apply --aux-layers-from {drafter} --ids-convention sglang  (or vllm: as it was trained)"
         ),
     }[fix]
+
+
+def _newer_for_method(diagnosis: Diagnosis) -> str:
+    method = next((f.found.method for f in diagnosis.findings if isinstance(f.found, ArchitectureFacts)), None)
+    return f"pip install 'vllm>={method.since}'  (the first with {method.name})" if method else "a newer vLLM"
 
 
 def set_config_command(path: Path, key: str, value: list[object]) -> str:

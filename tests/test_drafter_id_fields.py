@@ -283,3 +283,20 @@ def test_the_real_runners(version, runner, expected):
     one release read different fields (0.21.0, 0.33.0)."""
     source = (release_tree(version) / "vllm" / runner).read_text(encoding="utf-8")
     assert id_fields(source) == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "mixtral", "qwen3"),
+    [
+        ("0.21.0", RUNNER, RUNNER),  # V1 unless VLLM_USE_V2_MODEL_RUNNER=1
+        ("0.22.0", RUNNER, RELAY),  # the listed (Qwen3ForCausalLM) on V2, every other on V1
+        ("0.24.0", RUNNER, RELAY),  # the same; from 0.25.0 an unlisted model's config decides (None: cannot tell)
+        ("0.29.0", RELAY, RELAY),
+        ("0.34.0", RELAY, RELAY),  # the only GPU runner
+    ],
+)
+def test_the_runner_a_gpu_user_gets(version, mixtral, qwen3):
+    from vllm_eagle3_patch.eagle3.release import Release
+
+    release = Release(release_tree(version) / "vllm")
+    assert (release.gpu_runner("MixtralForCausalLM"), release.gpu_runner("Qwen3ForCausalLM")) == (mixtral, qwen3)

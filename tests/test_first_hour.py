@@ -290,6 +290,9 @@ def test_the_demo_touches_nothing_outside_tmp(tmp_path):
     assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
     assert re.search(r"patched \d+ file\(s\)", completed.stdout) and "they match its RECORD" in completed.stdout
     assert not (tmp_path / "cache" / "vllm-eagle3-patch").exists()
+    rows = [line for line in completed.stdout.splitlines() if "model_executor/models/mixtral.py" in line]
+    assert len(rows) == 1, rows  # the table once: later steps say their one line
+    assert "a target on this install for eagle3, extract_hidden_states" in completed.stdout
 
 
 # --------------------------------------------------------------------------- 7. verify --engine shows its steps

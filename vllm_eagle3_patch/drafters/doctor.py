@@ -363,9 +363,12 @@ def convention_finding(context: Context) -> Finding:
     check = CheckName.CONVENTION
     if context.ids.ids is None:
         return Finding(check, Assessment.NOTE, ConventionFacts(None))
-    if context.method.names_layer_outputs:  # one convention for the method's drafters: no evidence to weigh
-        why = f"{context.method.name} drafters name the layer whose output they read: vLLM's id is one higher"
-        return Finding(check, Assessment.OK, ConventionFacts(Inference(Convention.SGLANG, why)))
+    if context.ids.location is Location.METHOD_FIELD:  # the field says its convention: no evidence to weigh
+        if context.ids.plus:
+            why = f"{context.ids.field} names the layer whose output the drafter reads: vLLM's id is one higher"
+            return Finding(check, Assessment.OK, ConventionFacts(Inference(Convention.SGLANG, why)))
+        why = f"{context.ids.field} holds vLLM's own ids"
+        return Finding(check, Assessment.OK, ConventionFacts(Inference(Convention.VLLM, why)))
     inference = infer_convention(context.ids, context.num_layers)
     if inference.convention is None:
         return Finding(check, Assessment.UNKNOWN, ConventionFacts(inference), Remedy.CHOOSE_CONVENTION)
@@ -439,8 +442,8 @@ def _model_state(model: TargetModel) -> State:
 def expected_layers(context: Context) -> Optional[tuple[int, ...]]:
     """The vLLM ids the drafter was trained on (None: unknown)."""
     found, n = context.ids, context.num_layers
-    if context.method.names_layer_outputs:
-        return Convention.SGLANG.to_vllm(found.ids) if found.ids is not None else None
+    if found.location is Location.METHOD_FIELD and found.ids is not None:
+        return tuple(i + found.plus for i in found.ids)
     if found.ids is None:  # trained on the common default, which is no default where it repeats ids
         return layer_ids.upstream_default(n) if n is not None and n >= layer_ids.SMALLEST_DISTINCT_DEFAULT else None
     convention = infer_convention(found, n).convention

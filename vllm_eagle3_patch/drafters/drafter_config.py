@@ -89,6 +89,8 @@ class DrafterIds:
 
     location: Location
     ids: Optional[tuple[int, ...]] = None
+    plus: int = 0
+    """What the drafter's convention for that field adds to make vLLM ids (``methods.LayerField.plus``)."""
     field: str = FIELD
     """Where they are, as written (``eagle_config.eagle_aux_hidden_state_layer_ids``, ``dflash_config.layer_ids``)."""
 
@@ -103,23 +105,23 @@ def drafter_ids(config: ModelConfig, method: Method = EAGLE3) -> DrafterIds:
         if isinstance(block, dict) and FIELD in block:
             where = FIELD if location is Location.TOP_LEVEL else f"eagle_config.{FIELD}"
             try:
-                return DrafterIds(location, layer_ids.validate(block[FIELD], f"{config.path}: {where}"), where)
+                return DrafterIds(location, layer_ids.validate(block[FIELD], f"{config.path}: {where}"), 0, where)
             except ValueError as error:
                 raise ToolError(str(error)) from None
     return DrafterIds(Location.ABSENT)
 
 
 def _method_ids(config: ModelConfig, method: Method) -> DrafterIds:
-    for name in method.id_fields:
+    for field in method.id_fields:
         value: object = config.data
-        for key in name.split("."):
+        for key in field.name.split("."):
             value = value.get(key) if isinstance(value, dict) else None
         if value is not None:
             try:
-                ids = layer_ids.validate(value, f"{config.path}: {name}")
+                ids = layer_ids.validate(value, f"{config.path}: {field.name}")
             except ValueError as error:
                 raise ToolError(str(error)) from None
-            return DrafterIds(Location.METHOD_FIELD, ids, name)
+            return DrafterIds(Location.METHOD_FIELD, ids, field.plus, field.name)
     return DrafterIds(Location.ABSENT)
 
 

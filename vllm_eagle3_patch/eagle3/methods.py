@@ -18,6 +18,16 @@ from .release import DRAFTER_IDS_FIELD, GATE_SIGNS
 
 
 @dataclass(frozen=True)
+class LayerField:
+    """A drafter-config field naming layers, and what vLLM adds to read them as its ids."""
+
+    #: Dotted, as ``drafter_id_fields.IdField.name`` writes it (``dflash_config.target_layer_ids``).
+    name: str
+    #: 1 where the drafter names the layer whose output it reads (vLLM's id is one higher); 0 for vLLM's own ids.
+    plus: int = 0
+
+
+@dataclass(frozen=True)
 class Method:
     """One speculative method that reads the target's hidden states."""
 
@@ -27,10 +37,9 @@ class Method:
     does: str
     #: The first vLLM release that has it: documentation only (the search decides; a test ties the two).
     since: str
-    #: The drafter-config fields that name its layers, as ``drafter_id_fields.IdField.name`` writes them.
-    id_fields: tuple[str, ...] = ()
-    #: Its drafters name the layer whose *output* they read: vLLM's id is one higher (the runner adds the 1).
-    names_layer_outputs: bool = False
+    #: The drafter-config fields that name its layers, first match first, each in its convention (the one the
+    #: newest runner reads it in: where an older runner differs, ``doctor`` reads that runner's code and says so).
+    id_fields: tuple[LayerField, ...] = ()
     #: Words in a drafter config's keys or ``architectures`` that make it this method's drafter.
     drafter_signs: tuple[str, ...] = ()
     #: False where the method serves no drafter (it saves the states).
@@ -41,30 +50,32 @@ EAGLE3 = Method(
     "eagle3",
     "drafts with an EAGLE-3 head",
     "0.8.5",
-    (DRAFTER_IDS_FIELD, f"eagle_config.{DRAFTER_IDS_FIELD}", "eagle_config.layer_ids"),
+    tuple(map(LayerField, (DRAFTER_IDS_FIELD, f"eagle_config.{DRAFTER_IDS_FIELD}", "eagle_config.layer_ids"))),
     drafter_signs=("Eagle3", "eagle_config"),
 )
 EXTRACT_HIDDEN_STATES = Method(
     "extract_hidden_states",
     "saves the states (training data for a drafter)",
     "0.17.0",
-    (DRAFTER_IDS_FIELD,),
+    (LayerField(DRAFTER_IDS_FIELD),),
     drafts=False,
 )
 DFLASH = Method(
     "dflash",
     "drafts a block at once with a DFlash drafter",
     "0.20.0",
-    ("dflash_config.target_layer_ids", "dflash_config.layer_ids", "target_layer_ids"),
-    names_layer_outputs=True,
+    (
+        LayerField("dflash_config.target_layer_ids", 1),
+        LayerField("dflash_config.layer_ids"),
+        LayerField("target_layer_ids", 1),
+    ),
     drafter_signs=("DFlash", "dflash_config"),
 )
 DSPARK = Method(
     "dspark",
     "drafts with a DSpark drafter",
     "0.25.0",
-    ("dspark_target_layer_ids", "target_layer_ids"),
-    names_layer_outputs=True,
+    (LayerField("dspark_target_layer_ids", 1), LayerField("target_layer_ids", 1)),
     drafter_signs=("DSpark", "dspark"),
 )
 METHODS: tuple[Method, ...] = (EAGLE3, EXTRACT_HIDDEN_STATES, DFLASH, DSPARK)

@@ -345,14 +345,18 @@ class Release:
 
     @cached_property
     def _v2_by_rule(self) -> bool:
-        """Whether V2 also takes unlisted models by what their config says (``V2_BY_RULE``, 0.25.0 on)."""
+        """Whether V2 also takes unlisted models by what their config says (``V2_BY_RULE``, 0.25.0 on); not where
+        the deciding function first returns False for an unlisted one (0.22.0: the rule then sorts the listed)."""
         deciding = [
-            ast.get_source_segment(source, node) or ""
+            node
             for source in (self.read(path) or "" for path in self.tree.search(V2_BY_ARCHITECTURE))
             for node in ast.walk(_parsed(source))
             if isinstance(node, ast.FunctionDef) and V2_BY_ARCHITECTURE.lower() in ast.unparse(node).lower()
         ]
-        return any(sign in text for text in deciding for sign in V2_BY_RULE)
+        return any(
+            any(sign in ast.unparse(function) for sign in V2_BY_RULE) and not _refuses_the_unlisted(function)
+            for function in deciding
+        )
 
     def gpu_runner(self, architecture: str) -> Optional[str]:
         """The runner a GPU user gets for ``architecture`` by default (None: this tool cannot tell)."""
@@ -388,6 +392,18 @@ class Release:
             else any(field.path == (DRAFTER_IDS_FIELD,) for field in fields)
             for path, fields in self.drafter_id_fields.items()
         )
+
+
+def _refuses_the_unlisted(function: ast.FunctionDef) -> bool:
+    """``if not any(arch in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES ...): return False``: unlisted models get V1."""
+    return any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.UnaryOp)
+        and isinstance(node.test.op, ast.Not)
+        and V2_BY_ARCHITECTURE in ast.unparse(node.test)
+        and [ast.unparse(statement) for statement in node.body] == ["return False"]
+        for node in ast.walk(function)
+    )
 
 
 def newer_than_tested(version: str) -> bool:

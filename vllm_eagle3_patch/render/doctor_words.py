@@ -35,7 +35,6 @@ from ..drafters.doctor_facts import (
     SizeFacts,
     Sizes,
 )
-from ..drafters.drafter_config import Location
 from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import REGISTRY, RUNNER, V2_PACKAGE, V2_SWITCH, GpuDefault
 from ..plan import Plan
@@ -162,8 +161,7 @@ def ids_detail(facts: IdsFacts, version: str) -> str:
     """Where the drafter keeps its ids, and which runner of this release reads them, where, with what shift."""
     if facts.ids.ids is None and not any(r.read for r in facts.runners):
         return f"no {FIELD} in the drafter config: the target's ids are used"
-    where = f"eagle_config.{FIELD}" if facts.ids.location is Location.EAGLE_CONFIG else FIELD
-    found = f"{where} {list(facts.ids.ids)}" if facts.ids.ids is not None else "the drafter's config"
+    found = f"{facts.ids.field} {list(facts.ids.ids)}" if facts.ids.ids is not None else "the drafter's config"
     if not facts.runners:
         return f"{found}: vLLM {version} ignores a drafter's ids (read from 0.11.1 on)"
     choice = f"; {CHOICE_WORDS[facts.choice]}" if facts.choice not in (None, GpuDefault.ONLY) else ""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Optional
 
 from .. import __version__
@@ -96,13 +97,16 @@ def standing_reason(standing: Standing) -> str:
         reason += f"; native for {families_text(standing.native)}" if standing.native else ""
     left_alone = standing.left_alone
     if left_alone and state is not State.UNSUPPORTED:
-        more = f" and {len(left_alone) - 3} more (each row says why)" if len(left_alone) > 3 else ""
-        reason += f"; left alone (unsupported): {', '.join(left_alone[:3])}{more}"
+        named = PurePosixPath(left_alone[0]).name + (f" and {len(left_alone) - 1} more" if len(left_alone) > 1 else "")
+        reason += f"; left alone (unsupported, each row says why): {named}"
     return reason
 
 
 def families_text(families: Families) -> str:
-    listed = list(families.named)
-    if families.found:
-        listed.append(f"{families.found} more model file(s) found in the registry (status --architectures)")
+    """The first families by name, then a count: the state line stays one line (``status --architectures`` lists
+    them all)."""
+    listed = list(families.named[:2])
+    more = len(families.named) - len(listed) + families.found
+    if more:
+        listed.append(f"{more} more model file(s) (status --architectures)")
     return ", ".join(listed) or "the model families"

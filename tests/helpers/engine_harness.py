@@ -144,6 +144,49 @@ def _difference_by_id(received: list[list[float]], expected: list[list[float]], 
     return summary
 
 
+# Other speculative methods that read the target's hidden states (tests/engine/test_methods_engine.py)
+
+TINY_DFLASH = ENGINE_RUN.parent / "tiny_dflash.py"
+
+
+def build_dflash_models(python: Path, directory: Path, family: str, target_layer_ids: list[int]) -> dict[str, Any]:
+    """A tiny target of ``family``, a state-dependent DFlash drafter carrying ``target_layer_ids`` and its blind
+    copy (``tiny_dflash.py``), and transformers' reference at those ids and at those ids + 1."""
+    ids = ",".join(str(i) for i in target_layer_ids)
+    command = [python, TINY_DFLASH, directory, "--family", family, "--target-layer-ids", ids]
+    completed = subprocess.run(command, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return json.loads((directory / "reference.json").read_text())
+
+
+def run_method(
+    python: Path, root: Path, models: Path, method: str, drafter: str | None, reference: dict[str, Any], id_set: str
+) -> dict[str, Any]:
+    """One eager engine run with ``method``'s ``drafter`` (None: no speculation) on the tree at ``root``;
+    ``max_tokens`` from the trajectories of ``reference``'s ``id_set``."""
+    trajectory, prompt = reference["sets"][id_set]["trajectories"][0], reference["prompts"][0]
+    case = {
+        "target": str(models / "target"),
+        "method": method,
+        "drafter": str(models / drafter) if drafter else None,
+        "prompts": reference["prompts"],
+        "max_tokens": len(trajectory) - len(prompt),
+        "eager": True,
+    }
+    case_file = models / f"case-{os.getpid()}-{method}-{drafter}.json"
+    case_file.write_text(json.dumps(case))
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    completed = subprocess.run(
+        [python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600
+    )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, f"the engine run printed nothing: {completed.stderr[-3000:]}"
+    result = json.loads(lines[-1])
+    if result.get("vllm"):
+        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
+    return result
+
+
 # extract_hidden_states (tests/engine/test_methods_engine.py): vLLM saves the states, no drafter reads them
 
 SAVED_STATES_TOLERANCE = 1e-3

@@ -184,7 +184,7 @@ def run(case: dict[str, Any]) -> dict[str, Any]:
                 cpu_shim.in_place_rms_norm()
             if _method(case) == EXTRACT_HIDDEN_STATES:
                 cpu_shim.extract_hidden_states_on_cpu()
-        captured = _capture_drafter_inputs() if case.get("drafter") and _method(case) == "eagle3" else []
+        captured = _capture_drafter_inputs(_method(case)) if case.get("drafter") and _method(case) in COMBINERS else []
         import vllm
         from vllm import LLM, SamplingParams
 
@@ -263,11 +263,11 @@ def _engine_arguments(case: dict[str, Any], on_cpu: bool) -> dict[str, Any]:
         arguments.update(_extract_hidden_states_arguments(case))
     elif case.get("drafter"):
         speculative = {
-            "method": "eagle3",
+            "method": _method(case),  # eagle3, or dflash (its drafter's dflash_config names the layers)
             "model": case["drafter"],
             "num_speculative_tokens": case.get("num_speculative_tokens", 1),
         }
-        if on_cpu:
+        if on_cpu and _method(case) != "dflash":  # DFlash's parallel drafting refuses the unpadded path
             speculative["disable_padded_drafter_batch"] = True  # the padded path needs Triton kernels
         arguments["speculative_config"] = speculative
     return arguments
@@ -325,13 +325,21 @@ def _saved_hidden_states(outputs: list[Any]) -> list[dict[str, Any]]:
     return saved
 
 
-def _capture_drafter_inputs() -> list[list[list[float]]]:
-    """Record what the EAGLE-3 drafter's ``combine_hidden_states`` receives: the aux states."""
+COMBINERS = {
+    "eagle3": ("vllm.model_executor.models.llama_eagle3", "Eagle3LlamaForCausalLM"),
+    "dflash": ("vllm.model_executor.models.qwen3_dflash", "DFlashQwen3ForCausalLM"),
+}
+"""Per method, the drafter class whose ``combine_hidden_states`` (its ``fc``) the proposer hands the aux states."""
+
+
+def _capture_drafter_inputs(method: str = "eagle3") -> list[list[list[float]]]:
+    """Record what the drafter's ``combine_hidden_states`` receives: the aux states (EAGLE-3's, or DFlash's
+    context states before its ``fc``)."""
     import importlib
 
     captured: list[list[list[float]]] = []
-    module = importlib.import_module("vllm.model_executor.models.llama_eagle3")
-    drafter_class = module.Eagle3LlamaForCausalLM
+    module_name, class_name = COMBINERS[method]
+    drafter_class = getattr(importlib.import_module(module_name), class_name)
     combine = drafter_class.combine_hidden_states
 
     def recording(self: Any, hidden_states: Any) -> Any:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import Optional
 
 from .. import __version__
@@ -97,7 +96,7 @@ def standing_reason(standing: Standing) -> str:
         reason += f"; native for {families_text(standing.native)}" if standing.native else ""
     left_alone = standing.left_alone
     if left_alone and state is not State.UNSUPPORTED:
-        named = PurePosixPath(left_alone[0]).name + (f" and {len(left_alone) - 1} more" if len(left_alone) > 1 else "")
+        named = left_alone[0] + (f" and {len(left_alone) - 1} more" if len(left_alone) > 1 else "")
         reason += f"; left alone (unsupported, each row says why): {named}"
     return reason
 

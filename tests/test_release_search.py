@@ -26,6 +26,7 @@ from vllm_eagle3_patch.eagle3.release import (
     GETTER,
     NEWEST_TESTED,
     SETTER,
+    SETTER_CALL,
     Release,
     newer_than_tested,
 )
@@ -217,3 +218,14 @@ def test_a_release_newer_than_the_tested_ones_is_said_in_one_line(release) -> No
     assert len(lines) == 1 and lines[0].startswith("note: vLLM 0.35.0 is newer than 0.34.0"), text.stdout[:2000]
     data = json.loads(run_cli("--vllm-dir", str(package), "--json", "status").stdout)
     assert data["newer_than_tested"] == "0.34.0" and data["state"] == "unpatched"
+
+
+def test_the_runners_search_answers_the_same_on_the_patched_tree(release) -> None:
+    """``apply`` adds a hundred delegating ``set_aux_hidden_state_layers`` to wrappers: the search's answer (which
+    the verdict cache keeps beside each verdict) is the runners all the same, so verdicts stay cached after apply."""
+    package_dir = release("0.34.0")
+    before = Release(package_dir).tree.search(SETTER_CALL)
+    assert run_cli("--vllm-dir", str(package_dir), "apply", "-q").returncode == 0
+    patched = Release(package_dir)
+    assert patched.tree.search(SETTER_CALL) == before == patched.interface.runners
+    assert sum(SETTER_CALL in (patched.read(path) or "") for path in patched.tree.files()) > 50  # the delegations

@@ -13,6 +13,7 @@ methods called by name, the same behind ``SupportsEagle3``, and ``SupportsEagle3
 from __future__ import annotations
 
 import ast
+import bisect
 import enum
 import re
 from dataclasses import dataclass
@@ -187,7 +188,7 @@ class Release:
         files: Optional[ListFiles] = None,
     ) -> None:
         self.package_dir = package_dir
-        self.tree = tree or Tree(package_dir, read, files, expected=SEARCHES)
+        self.tree = tree or Tree(package_dir, read, files, expected=SEARCHES, keeps={SETTER_CALL: calls_the_setter})
         """The installed files, listed, read and searched: every fact below goes through it."""
         self.read: ReadFile = self.tree.read
         self.layouts = layouts or Layouts()
@@ -202,7 +203,7 @@ class Release:
     @cached_property
     def interface_search(self) -> InterfaceSearch:
         """The runners' call sites of the setter, found by searching the tree, and what they ask."""
-        sites = tuple(site for path in self.tree.search(SETTER_CALL) for site in call_sites(path, self.read(path)))
+        sites = tuple(site for path in self.tree.search(SETTER_CALL) for site in self._call_sites(path))
         if not sites:
             checking = [p for p in self.tree.search(f"{CHECK}(") if f"def {CHECK}(" not in (self.read(p) or "")]
             if checking:
@@ -221,6 +222,10 @@ class Release:
         if modules and not self._declares_protocol(INTERFACES):
             return InterfaceSearch(sites, f"{INTERFACES} has no class {PROTOCOL}, which the runners check")
         return InterfaceSearch(sites)
+
+    def _call_sites(self, path: str) -> tuple[CallSite, ...]:
+        source = self.read(path)  # read through this view: the verdict cache records it
+        return self.tree.derived(("call_sites", path, source), lambda: call_sites(path, source))
 
     def _declares_protocol(self, path: str) -> bool:
         return re.search(rf"^class {PROTOCOL}\b", self.read(path) or "", re.MULTILINE) is not None
@@ -499,6 +504,37 @@ def call_sites(path: str, source: Optional[str]) -> tuple[CallSite, ...]:
             getter = asked.pop() if len(asked) == 1 else None
             sites.append(CallSite(path, getter, checks_with))
     return tuple(sites)
+
+
+_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+def calls_the_setter(source: str) -> bool:
+    """Whether a line calling the setter lies, by indentation, outside a ``def`` of the setter itself (a wrapper
+    handing the ids on), told without parsing: the files :func:`call_sites` may find a runner in.  A patched tree
+    has a hundred delegations, and the search's answer must stay the runners (the verdict cache keeps it)."""
+    return not _only_delegations(source)
+
+
+def _only_delegations(source: str) -> bool:
+    defs = [(m.start(), len(m.group(1).expandtabs()), m.group(2)) for m in _DEF.finditer(source)]
+    starts = [d[0] for d in defs]
+    start = source.find(SETTER_CALL)
+    while start >= 0:
+        line_start = source.rfind("\n", 0, start) + 1
+        index = bisect.bisect_left(starts, line_start) - 1  # the last def before the line
+        if index < 0 or defs[index][2] != SETTER or not _inside(source, defs[index], line_start):
+            return False
+        start = source.find(SETTER_CALL, start + 1)
+    return True
+
+
+def _inside(source: str, definition: tuple[int, int, str], line_start: int) -> bool:
+    """Whether every code line from ``definition``'s ``def`` to ``line_start`` is indented deeper than it."""
+    position, depth, _ = definition
+    body = source[source.find("\n", position) + 1 : line_start].splitlines()
+    code = [line for line in body if line.strip() and not line.lstrip().startswith("#")]
+    return all(len(line.expandtabs()) - len(line.expandtabs().lstrip()) > depth for line in code)
 
 
 def _own_nodes(function: ast.AST) -> list[ast.AST]:

@@ -14,12 +14,13 @@ import os
 import re
 from functools import cache
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Hashable, Mapping, Optional, TypeVar
 
 ReadFile = Callable[[str], Optional[str]]
 """Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
 ListFiles = Callable[[], "tuple[str, ...]"]
 """Every Python file of the tree, relative to ``vllm/``, sorted."""
+T = TypeVar("T")
 Searched = Callable[[str, "tuple[str, ...]"], None]
 """Told each search a view answered: the literal and the files found."""
 
@@ -67,13 +68,18 @@ class Tree:
         read: Optional[ReadFile] = None,
         files: Optional[ListFiles] = None,
         expected: tuple[str, ...] = (),
+        keeps: Optional[Mapping[str, Callable[[str], bool]]] = None,
     ) -> None:
         self.package_dir = package_dir
         self.expected = expected
         """Literals to look for in the same pass as the first search (the release's searches): one pass in all."""
+        self.keeps: Mapping[str, Callable[[str], bool]] = keeps or {}
+        """Per literal, which of the files holding it the search answers (given the file's text): a search whose
+        answer is a fact (the files *calling* the setter) stays the same when a patch adds lines that only name it."""
         self.read: ReadFile = read or file_reader(package_dir)
         self.files: ListFiles = files or (python_files(package_dir) if read is None else (lambda: ()))
         self._found: dict[str, tuple[str, ...]] = {}
+        self._derived: dict[Hashable, Any] = {}
         self._searched: Optional[Searched] = None
         self._raw: Callable[[str], Optional[bytes]] = (
             self._disk_bytes if read is None else lambda relative: _encoded(self.read(relative))
@@ -83,9 +89,17 @@ class Tree:
         """A view reading files through ``read`` (a recorder, the backups of patched files), sharing this tree's
         listing and searches: the views this tool makes change what a file says, never which files there are,
         and only add marked lines to those a search may find."""
-        view = Tree(self.package_dir, read, self.files, self.expected)
+        view = Tree(self.package_dir, read, self.files, self.expected, self.keeps)
         view._found, view._raw, view._searched = self._found, self._raw, searched
+        view._derived = self._derived
         return view
+
+    def derived(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """What ``compute`` makes of a file's text, once for this tree and its views: ``key`` must name that text
+        (its path and the text itself), since a view may read other bytes for the same path."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]  # type: ignore[no-any-return]
 
     def search(self, literal: str) -> tuple[str, ...]:
         """The files whose text holds ``literal``, in path order."""
@@ -103,7 +117,9 @@ class Tree:
         for relative in self.files():
             data = self._raw(relative) or b""
             for literal, needle in needles.items():
-                if needle in data:
+                if needle in data and (
+                    literal not in self.keeps or self.keeps[literal](data.decode("utf-8", "replace"))
+                ):
                     hits[literal].append(relative)
         return {literal: tuple(found) for literal, found in hits.items()}
 

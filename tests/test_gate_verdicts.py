@@ -69,6 +69,8 @@ def test_every_verdict_on_0_17_1_is_what_its_gate_then_does(release):
     package_dir = release("0.17.1")
     before = architectures(package_dir)
     for name, verdict in before.items():
+        if verdict["kind"] == "multimodal":
+            continue  # the gate checks the text config's type: the test below
         admitted = all(vllm_admits(package_dir, t) for t in model_types(name, verdict["module"]))
         if verdict["verdict"] == "native":
             assert admitted, verdict
@@ -127,3 +129,29 @@ def test_a_bare_name_is_judged_by_the_types_its_checkpoints_name(release, tmp_pa
         assert passes(package_dir, "--model", architecture) is admitted, architecture
         assert passes(package_dir, "--model", str(checkpoint)) is admitted, checkpoint
     assert vllm_admits(package_dir, "hunyuan_v1_dense") and not vllm_admits(package_dir, "hunyuan_v1_moe")
+
+
+def test_a_multimodal_class_is_gated_by_its_checkpoints_text_model_type(release, tmp_path):
+    """The gate tests ``hf_text_config.model_type``: for LLaVA, the text config's (``llama`` passes 0.17.1's
+    whitelist, ``mistral`` does not), never ``llava``. By name the verdict says the checkpoint decides; with a
+    checkpoint, the gate's own answer."""
+    package_dir = release("0.17.1")
+    llava = architectures(package_dir)["LlavaForConditionalGeneration"]
+    assert llava["verdict"] == "gated" and "checks the model type of its checkpoint's text config" in llava["reason"]
+    checkpoints = {}
+    for text_type in ("llama", "mistral"):
+        directory = tmp_path / text_type
+        directory.mkdir()
+        config = {
+            "architectures": ["LlavaForConditionalGeneration"],
+            "model_type": "llava",
+            "text_config": {"model_type": text_type, "num_hidden_layers": 32},
+        }
+        (directory / "config.json").write_text(json.dumps(config))
+        checkpoints[text_type] = str(directory)
+    assert vllm_admits(package_dir, "llama") and not vllm_admits(package_dir, "mistral")
+    assert passes(package_dir, "--model", checkpoints["llama"])
+    assert not passes(package_dir, "--model", checkpoints["mistral"])
+    assert cli(package_dir, "apply", "-q").returncode == 0
+    assert vllm_admits(package_dir, "mistral") and passes(package_dir, "--model", checkpoints["mistral"])
+    assert architectures(package_dir)["LlavaForConditionalGeneration"]["verdict"] == "patched"

@@ -12,12 +12,12 @@ pipeline ranks) and 0.33.0 (the last with a V1 runner beside V2).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from helpers.cli import run_on
 from helpers.inner_suite import case_id, outcomes, patched_decoders
+from helpers.selection import release_param
 
 from vllm_eagle3_patch.eagle3.release import V2_PACKAGE, Release, module_name
 
@@ -26,10 +26,7 @@ CI_RELEASES = ("0.34.0",)
 
 
 def v2_release(version: str):
-    chosen = os.environ.get("VLLM_EAGLE3_PATCH_RELEASES", "")
-    wanted = version in CI_RELEASES or chosen == "all" or version in chosen.split(",")
-    marks = () if wanted else pytest.mark.skip(reason="not selected; VLLM_EAGLE3_PATCH_RELEASES=all runs it")
-    return pytest.param(version, id=version, marks=marks)
+    return release_param(version, version in CI_RELEASES)
 
 
 def v2_helper(package_dir: Path) -> str:

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Union
 from .catalog import FAMILIES
 from .codemod.family import FoundWrapper
 from .codemod.patch import State
-from .discovery import Discovery, PlatformVariant, model_types
+from .discovery import MODEL_TYPES, Discovery, PlatformVariant, model_types
 from .drafters.gate import GateVerdict, gate_verdict
 from .eagle3.class_chain import Chain, ChainReader
 from .eagle3.methods import MethodSupport
@@ -131,6 +131,9 @@ class GateSays(enum.Enum):
     REFUSES = "refuses"
     OPENED = "opened"
     """Admits the types only as this tool patched it."""
+    CHECKPOINT_DECIDES = "checkpoint decides"
+    """The gate checks the text config's model type, which each checkpoint of this multimodal class names (LLaVA's
+    may be Llama's, admitted, or another): the runner's verdict stands, on that condition."""
 
 
 @dataclass(frozen=True)
@@ -172,19 +175,46 @@ def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
     interface = plan.release.interface
     relays = interface is not None and interface.relay_key is not None
     kinds = (("text", plan.release.text_generation_models), ("multimodal", plan.release.multimodal_models))
-    verdicts = [
-        through_the_gate(
-            replace(
-                judge(architecture, module, cls, chains.registered(module, cls), files, plan.discovery, relays),
+    verdicts = []
+    for kind, models in kinds:
+        for architecture, (module, cls) in models.items():
+            chain = chains.registered(module, cls)
+            verdict = replace(
+                judge(architecture, module, cls, chain, files, plan.discovery, relays),
                 kind=kind,
                 decoder_only=architecture not in plan.discovery.encoder_decoder,
-            ),
-            gate_verdict(plan, model_types(architecture, module)),
-        )
-        for kind, models in kinds
-        for architecture, (module, cls) in models.items()
-    ]
+            )
+            types = gate_types(architecture, module, chain, plan.release.registry, kind)
+            verdicts.append(
+                through_the_gate(verdict, gate_verdict(plan, types)) if types else _checkpoint_decides(verdict, plan)
+            )
     return [replace(verdict, methods=served_methods(verdict, plan.release.methods)) for verdict in verdicts]
+
+
+def gate_types(
+    architecture: str, module: str, chain: Optional[Chain], registry: dict[str, tuple[str, str]], kind: str
+) -> tuple[str, ...]:
+    """The model types the gate sees for the architecture's checkpoints: ``hf_text_config``'s.  A multimodal class
+    the table does not name is checked by its language model's: the types of the architectures its ``__init__``
+    builds by the registry; () where its checkpoint's text config names that language model (LLaVA's)."""
+    if kind == "text" or architecture in MODEL_TYPES or chain is None:
+        return model_types(architecture, module)
+    built = [architectures for cls in chain.classes for _, architectures in cls.registered]
+    if any(not architectures for architectures in built):
+        return ()
+    named = [a for architectures in built for a in architectures if a in registry]
+    types = tuple(dict.fromkeys(t for a in named for t in model_types(a, registry[a][0])))
+    return types or model_types(architecture, module)
+
+
+def _checkpoint_decides(verdict: ArchitectureVerdict, plan: Plan) -> ArchitectureVerdict:
+    """Where the release's gate has a whitelist, the checkpoint's text model type decides: ``gated`` while the
+    gate is as vLLM installed it (``apply`` widens it to every type this tool serves), ``patched`` once widened."""
+    file = next((f for f in plan.files if f.path == plan.release.gate_file), None)
+    if verdict.verdict not in ("native", "patched") or file is None or plan.release.gate_admits("\0"):
+        return verdict
+    reason = GateReason(GateSays.CHECKPOINT_DECIDES, (), file)
+    return replace(verdict, verdict="gated" if file.state is State.UNPATCHED else "patched", gate=reason)
 
 
 def served_methods(verdict: ArchitectureVerdict, methods: tuple[MethodSupport, ...]) -> tuple[str, ...]:

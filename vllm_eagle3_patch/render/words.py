@@ -46,6 +46,13 @@ def architecture_reason(verdict: ArchitectureVerdict) -> str:
     gate = verdict.gate
     if gate is None:
         return reason
+    if gate.says is GateSays.CHECKPOINT_DECIDES:
+        until = ", which it lists as vLLM installed it (Llama's among them) and widens with `apply`"
+        widened = until if gate.file.state is State.UNPATCHED else ", as vllm-eagle3-patch widened it"
+        return (
+            f"{reason}; the speculative-config gate ({gate.file.path}) checks the model type of its checkpoint's "
+            f"text config{widened} (`status --model DIR` judges one)"
+        )
     if gate.says is GateSays.OPENED:
         return f"{reason}; the speculative-config gate admits {quoted(gate.types)} as vllm-eagle3-patch patched it"
     refusal = f"the speculative-config gate ({gate.file.path}) refuses {quoted(gate.types)}"

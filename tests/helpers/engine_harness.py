@@ -67,7 +67,12 @@ def run_engine(
         "in_place_rms_norm": in_place_rms_norm,
     }
     mode = ("compiled" if compiled else "eager") + ("-in-place" if in_place_rms_norm else "")
-    case_file = models / f"case-{os.getpid()}-{target}-{drafter}-{mode}.json"
+    return run_case(python, root, models / f"case-{os.getpid()}-{target}-{drafter}-{mode}.json", case)
+
+
+def run_case(python: Path, root: Path, case_file: Path, case: dict[str, Any]) -> dict[str, Any]:
+    """``engine_run.py run`` of ``case`` (written to ``case_file``) in ``python`` on the tree at ``root``: its result,
+    checked to come from that tree's vLLM."""
     case_file.write_text(json.dumps(case))
     env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     completed = subprocess.run(
@@ -173,18 +178,7 @@ def run_method(
         "max_tokens": len(trajectory) - len(prompt),
         "eager": True,
     }
-    case_file = models / f"case-{os.getpid()}-{method}-{drafter}.json"
-    case_file.write_text(json.dumps(case))
-    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    completed = subprocess.run(
-        [python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600
-    )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, f"the engine run printed nothing: {completed.stderr[-3000:]}"
-    result = json.loads(lines[-1])
-    if result.get("vllm"):
-        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
-    return result
+    return run_case(python, root, models / f"case-{os.getpid()}-{method}-{drafter}.json", case)
 
 
 # extract_hidden_states (tests/engine/test_methods_engine.py): vLLM saves the states, no drafter reads them
@@ -247,18 +241,7 @@ def run_extract_hidden_states(
         "max_tokens": 1,
         "eager": True,
     }
-    case_file = models / f"case-{os.getpid()}-extract-hidden-states-{saved_in.name}.json"
-    case_file.write_text(json.dumps(case))
-    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    completed = subprocess.run(
-        [python, ENGINE_RUN, "run", case_file], capture_output=True, text=True, env=env, cwd=root, timeout=600
-    )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, f"the engine run printed nothing: {completed.stderr[-3000:]}"
-    result = json.loads(lines[-1])
-    if result.get("vllm"):
-        assert Path(result["vllm"]["location"]) == root / "vllm", "the engine imported another vLLM"
-    return result
+    return run_case(python, root, models / f"case-{os.getpid()}-extract-hidden-states-{saved_in.name}.json", case)
 
 
 def reference_states(reference: dict[str, Any], layer_ids: list[int]) -> list[list[list[list[float]]]]:

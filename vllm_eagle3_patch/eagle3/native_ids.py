@@ -142,9 +142,9 @@ def collecting_decoder(
         if info.collects:
             return info
         for _, held in info.holds:
-            chain = reader.chain(info.module, held) if reader.resolve(info.module, held) else None
             found = reader.resolve(info.module, held)
-            pending.extend(chain.classes if chain is not None else [found] if found is not None else [])
+            chain = reader.chain(found.module, found.name) if found is not None else None
+            pending.extend(chain.classes if chain is not None else ())
         for _, architectures in info.registered:
             chains = [reader.registered(*registry[a]) for a in architectures if a in registry]
             pending.extend(c for chain in chains if chain is not None for c in chain.classes)

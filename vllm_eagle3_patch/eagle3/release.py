@@ -513,10 +513,6 @@ def calls_the_setter(source: str) -> bool:
     """Whether a line calling the setter lies, by indentation, outside a ``def`` of the setter itself (a wrapper
     handing the ids on), told without parsing: the files :func:`call_sites` may find a runner in.  A patched tree
     has a hundred delegations, and the search's answer must stay the runners (the verdict cache keeps it)."""
-    return not _only_delegations(source)
-
-
-def _only_delegations(source: str) -> bool:
     defs = [(m.start(), len(m.group(1).expandtabs()), m.group(2)) for m in _DEF.finditer(source)]
     starts = [d[0] for d in defs]
     start = source.find(SETTER_CALL)
@@ -524,9 +520,9 @@ def _only_delegations(source: str) -> bool:
         line_start = source.rfind("\n", 0, start) + 1
         index = bisect.bisect_left(starts, line_start) - 1  # the last def before the line
         if index < 0 or defs[index][2] != SETTER or not _inside(source, defs[index], line_start):
-            return False
+            return True
         start = source.find(SETTER_CALL, start + 1)
-    return True
+    return False
 
 
 def _inside(source: str, definition: tuple[int, int, str], line_start: int) -> bool:

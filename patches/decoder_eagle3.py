@@ -42,6 +42,7 @@ from vllm_eagle3_patch.codemod.judge import declares_eagle3, judge, reads_the_in
 from vllm_eagle3_patch.codemod.outline import Function, Statement
 from vllm_eagle3_patch.codemod.patch import Options, SingleFilePatch, State, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
+from vllm_eagle3_patch.eagle3.python_layout import Layouts
 from vllm_eagle3_patch.eagle3.release import GETTER, GETTERS, MIXIN, PACKAGE, PROTOCOL, Release
 from vllm_eagle3_patch.patches import pipeline_relay
 from vllm_eagle3_patch.patches.decoder_loop import (
@@ -60,7 +61,6 @@ from vllm_eagle3_patch.patches.decoder_loop import (
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, OVER_PP, RELAYED, OverRanks
 from vllm_eagle3_patch.patches.shared_embedding import SHARED_EMBEDDINGS, share_the_embedding
-from vllm_eagle3_patch.python_layout import Layouts
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"

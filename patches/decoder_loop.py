@@ -28,7 +28,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 from vllm_eagle3_patch.codemod.patch import Unrecognised
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
-from vllm_eagle3_patch.python_layout import ClassSpan, Layouts, class_tree, python_tree, source_lines
+from vllm_eagle3_patch.eagle3.python_layout import ClassSpan, Layouts, class_tree, python_tree, source_lines
 
 
 @dataclass(frozen=True)

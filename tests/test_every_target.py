@@ -20,6 +20,8 @@ from helpers.inner_suite import case_id, patched_decoders
 from helpers.inner_suite import outcomes as suite_outcomes
 from helpers.selection import release_param
 
+from vllm_eagle3_patch.eagle3.modules import path_of
+
 RELEASES = {
     "0.17.1": lambda: environments.engine_python("2.10.0"),  # Qwen3.5's file imports torchvision
     "0.21.0": lambda: environments.engine_python("2.10.0"),  # its config imports the OpenAI server's modules
@@ -44,7 +46,7 @@ def test_every_patched_decoder_hands_the_drafter_the_stream_as_it_was(version, r
     assert len(skipped) <= 1, f"{sorted(skipped)} do not import in this interpreter: {output}"
 
     for decoder in decoders:  # the copies taken out: every capture keeps the bare tensor again
-        path = package_dir / (decoder["module"].removeprefix("vllm.").replace(".", "/") + ".py")
+        path = package_dir / path_of(decoder["module"].removeprefix("vllm."))
         path.write_text(path.read_text().replace("hidden_states.clone()", "hidden_states"))
     _, mutated = suite_outcomes(python, package_dir, listed, SUITE)
     assert {m for m, outcome in mutated.items() if outcome == "failed"} == set(outcomes) - skipped, mutated

@@ -19,7 +19,8 @@ from helpers.cli import run_on
 from helpers.inner_suite import case_id, outcomes, patched_decoders
 from helpers.selection import release_param
 
-from vllm_eagle3_patch.eagle3.release import V2_PACKAGE, Release, module_name
+from vllm_eagle3_patch.eagle3.modules import import_name
+from vllm_eagle3_patch.eagle3.release import V2_PACKAGE, Release
 
 SUITE = "test_model_runner_v2.py"
 CI_RELEASES = ("0.34.0",)
@@ -34,7 +35,7 @@ def v2_helper(package_dir: Path) -> str:
     interface = Release(package_dir).interface
     assert interface is not None
     (path,) = [p for p in interface.runners if p.startswith(V2_PACKAGE)]
-    return module_name(path)
+    return import_name(path)
 
 
 @pytest.mark.parametrize("version", [v2_release(v) for v in ("0.30.0", "0.33.0", "0.34.0")])

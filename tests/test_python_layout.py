@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from vllm_eagle3_patch.codemod.outline import outline
-from vllm_eagle3_patch.patches.decoder_loop import layers_ignoring_the_residual
-from vllm_eagle3_patch.python_layout import (
+from vllm_eagle3_patch.eagle3.python_layout import (
     ClassSpan,
     FunctionSpan,
     Layouts,
@@ -19,6 +18,7 @@ from vllm_eagle3_patch.python_layout import (
     layout_of,
     python_tree,
 )
+from vllm_eagle3_patch.patches.decoder_loop import layers_ignoring_the_residual
 
 pytestmark = pytest.mark.unit
 

@@ -22,6 +22,7 @@ from .discovery import MODEL_TYPES, Discovery, PlatformVariant, model_types
 from .drafters.gate import GateVerdict, gate_verdict
 from .eagle3.class_chain import Chain, ChainReader
 from .eagle3.methods import MethodSupport
+from .eagle3.modules import module_of
 from .patches.pipeline_relay import carries_aux_across_ranks
 from .plan import FilePlan, Plan, least_finished
 
@@ -261,7 +262,7 @@ def judge(
         return _per_platform(verdict, PerPlatform(cls, module, _standings(variants, files, discovery)))
     found = discovery.architectures.get(architecture)
     for family in (*FAMILIES, *([found] if found else [])):
-        family_module = family.path.removesuffix(".py").replace("/", ".")
+        family_module = module_of(family.path)
         if chain.includes(family_module, family.causal_lm) and family.path in files:
             file = files[family.path]
             found_verdict = verdict(_FROM_STATE[file.state], FamilyFile(family.name, file), family.name)

@@ -17,13 +17,13 @@ from typing import Any, NoReturn, Optional, Sequence
 from . import PROG, __version__, changes, output
 from .architecture_verdicts import architecture_verdicts
 from .catalog import FAMILIES
+from .codemod.fewer_collections import fewer_collections
 from .codemod.patch import Options, State
 from .drafters import doctor, drafter_config
 from .drafters.target_model import target_model
 from .eagle3 import layer_ids
 from .eagle3.release import Release
 from .errors import ToolError
-from .fewer_collections import fewer_collections
 from .install.locate import VllmInstall, from_interpreter, from_package_dir
 from .plan import make_plan
 from .render import json_objects, text

@@ -18,7 +18,8 @@ from typing import Callable, Optional, Union
 
 from .codemod.family import Family, FoundWrapper, Wrapper
 from .codemod.two_processes import on_two_processes
-from .eagle3.class_chain import Chain, ChainReader, ClassInfo, module_of, registry_module
+from .eagle3.class_chain import Chain, ChainReader, ClassInfo
+from .eagle3.modules import module_of, registry_module
 from .eagle3.release import MIXIN, Release
 from .errors import ToolError
 from .multimodal import find_wrapper, held_answers_model, held_language_model_refusal

@@ -30,7 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from .codemod.family import CHECKPOINTS_MODEL, Family, FoundWrapper, Wrapper
-from .eagle3.class_chain import Chain, ChainReader, ClassInfo, module_of
+from .eagle3.class_chain import Chain, ChainReader, ClassInfo
+from .eagle3.modules import module_of
 from .eagle3.release import MIXIN, REGISTERED_MODEL, Release
 from .patches.shared_embedding import SHARED_EMBEDDINGS, TOKEN_EMBEDDING
 

@@ -21,8 +21,9 @@ from helpers.wheel_corpus import release_tree
 from vllm_eagle3_patch.catalog import FAMILIES, gated_model_types
 from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.patch import State
-from vllm_eagle3_patch.eagle3.class_chain import ChainReader, registry_module
-from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries, module_name
+from vllm_eagle3_patch.eagle3.class_chain import ChainReader
+from vllm_eagle3_patch.eagle3.modules import import_name, registry_module
+from vllm_eagle3_patch.eagle3.release import GATE_SIGNS, Release, admitted_entries
 from vllm_eagle3_patch.install.locate import from_package_dir
 from vllm_eagle3_patch.multimodal import held_answers_model, held_class
 from vllm_eagle3_patch.patches.shared_embedding import SHARED_EMBEDDINGS, TOKEN_EMBEDDING
@@ -53,7 +54,7 @@ def families_data(package_dir: Path) -> str:
     plan = make_plan(install, states_only=True)
     families = [
         {
-            "module": module_name(family.path),
+            "module": import_name(family.path),
             "model": family.model,
             "causal_lm": family.causal_lm,
             "model_types": list(family.model_types),
@@ -64,7 +65,7 @@ def families_data(package_dir: Path) -> str:
     eagle3_files = {f.path for f in plan.files if f.state in (State.PATCHED, State.UNPATCHED)}
     wrappers = {
         (found.wrapper.path, found.wrapper.cls): {
-            "module": module_name(found.wrapper.path),
+            "module": import_name(found.wrapper.path),
             "cls": found.wrapper.cls,
             "attribute": found.wrapper.language_model.removeprefix("self."),
             "language_model": found.language_model,
@@ -153,7 +154,7 @@ def patched_decoders(package_dir: Path) -> list[dict]:
             entry = decoders.setdefault(
                 (family.path, family.model),
                 {
-                    "module": module_name(family.path),
+                    "module": import_name(family.path),
                     "model": family.model,
                     "architectures": [],
                     "decoder": family.decoder,

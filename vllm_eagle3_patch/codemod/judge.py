@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
+from ..eagle3.python_layout import Layouts
 from ..eagle3.release import GETTERS
-from ..python_layout import Layouts
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
 from .outline import Keep, KeepClass, Sees, SeesStatement, Statement, outline
 from .patch import State, Unrecognised, Verdict

@@ -16,7 +16,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
-from ..python_layout import ClassSpan, FunctionSpan, Layouts, Span, StatementSpan, source_lines
+from ..eagle3.python_layout import ClassSpan, FunctionSpan, Layouts, Span, StatementSpan, source_lines
 
 
 class Function(NamedTuple):

@@ -17,8 +17,9 @@ from ..catalog import FAMILIES
 from ..codemod.family import Family, FoundWrapper
 from ..codemod.patch import State
 from ..discovery import PlatformVariant, model_types
-from ..eagle3.class_chain import ChainReader, registry_module
+from ..eagle3.class_chain import ChainReader
 from ..eagle3.methods import MethodSupport
+from ..eagle3.modules import path_of, registry_module
 from ..eagle3.native_ids import first_layer_trap
 from ..eagle3.release import PROPOSER_FILES, Release
 from ..errors import ToolError
@@ -299,4 +300,4 @@ def _family_of(module: Optional[str]) -> Optional[Family]:
 
 def module_path(module: str) -> str:
     """The registry's module (``llama``, or ``vllm.models.x.y`` from 0.30) as a path under ``vllm/``."""
-    return registry_module(module).replace(".", "/") + ".py"
+    return path_of(registry_module(module))

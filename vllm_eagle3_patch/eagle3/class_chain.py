@@ -14,11 +14,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from ..python_layout import Layout, Layouts, layout_of, python_tree
 from .loop_shapes import may_be_a_decoder_loop
+from .modules import path_of, registry_module
 from .platforms import cuda_binding
+from .python_layout import Layout, Layouts, layout_of, python_tree
 from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
-from .release import MODELS_MODULE as MODELS
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
 """Runs jobs, given their weights, and returns their results in order (``codemod/two_processes.py``)."""
@@ -198,22 +198,10 @@ class ChainReader:
 
     def _source(self, module: str) -> tuple[Optional[str], bool]:
         """The module's file, and whether it is a package's ``__init__``."""
-        path = module.replace(".", "/")
-        source = self._read(f"{path}.py")
+        source = self._read(path_of(module))
         if source is not None:
             return source, False
-        return self._read(f"{path}/__init__.py"), True
-
-
-def module_of(path: str) -> str:
-    """A file of ``vllm/`` as the chains name its module: ``model_executor/models/llama.py`` ->
-    ``model_executor.models.llama``."""
-    return path.removesuffix(".py").replace("/", ".")
-
-
-def registry_module(module: str) -> str:
-    """The registry's module name as a module of ``vllm``: ``llama`` or ``vllm.models.beam``."""
-    return module.removeprefix("vllm.") if module.startswith("vllm.") else f"{MODELS}.{module}"
+        return self._read(path_of(module, package=True)), True
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
 from .class_chain import Chain, ChainReader, ClassInfo
+from .modules import path_of
 from .release import GETTERS, ReadFile
 
 _OPERATORS: dict[type, Callable[[int, int], int]] = {
@@ -52,7 +53,7 @@ def native_default(chain: Chain, read: ReadFile, getters: tuple[str, ...] = GETT
         getter = next((name for name in getters if name in cls.methods), None)
         if getter is None:
             continue
-        path = cls.module.replace(".", "/") + ".py"
+        path = path_of(cls.module)
         try:
             tree = ast.parse(read(path) or "")
         except SyntaxError:
@@ -113,7 +114,7 @@ def first_layer_trap(
     decoder = collecting_decoder(reader, module, cls, registry)
     if decoder is None:
         return None
-    path = decoder.module.replace(".", "/") + ".py"
+    path = path_of(decoder.module)
     try:
         tree = ast.parse(read(path) or "")
     except SyntaxError:

@@ -21,8 +21,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from ..python_layout import Layouts
-from .tree import ListFiles, ReadFile, Searched, Tree, file_reader, module_of
+from .modules import MODELS, MODELS_MODULE, import_name
+from .python_layout import Layouts
+from .tree import ListFiles, ReadFile, Searched, Tree, file_reader
 
 if TYPE_CHECKING:
     from .drafter_id_fields import IdField
@@ -30,11 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ReadFile", "file_reader"]  # re-exported: the tree's reader is the release's
 
-MODELS = "model_executor/models"
-"""The model files' directory, relative to ``vllm/``."""
-MODELS_MODULE = MODELS.replace("/", ".")
-"""... as a module of ``vllm``: where the registry's bare module names live (``llama``); newer registries
-also name ``vllm.models.x``."""
 PACKAGE = f"vllm.{MODELS_MODULE}"
 """The model files' package, against which their relative ``from .interfaces import ...`` resolves."""
 INTERFACES = f"{MODELS}/interfaces.py"
@@ -216,9 +212,11 @@ class Release:
         if len(getters) > 1:
             return InterfaceSearch(sites, f"the runners ask different getters ({', '.join(getters)})")
         modules = sorted({site.checks_with for site in sites if site.checks_with})
-        if len(modules) > 1 or (modules and modules[0] != module_of(INTERFACES)):
+        if len(modules) > 1 or (modules and modules[0] != import_name(INTERFACES)):
             found = ", ".join(modules)
-            return InterfaceSearch(sites, f"the runners import {CHECK} from {found}, not from {module_of(INTERFACES)}")
+            return InterfaceSearch(
+                sites, f"the runners import {CHECK} from {found}, not from {import_name(INTERFACES)}"
+            )
         if modules and not self._declares_protocol(INTERFACES):
             return InterfaceSearch(sites, f"{INTERFACES} has no class {PROTOCOL}, which the runners check")
         return InterfaceSearch(sites)
@@ -550,8 +548,3 @@ def _method_called(node: ast.AST) -> Optional[str]:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr
     return None
-
-
-def module_name(path: str) -> str:
-    """``model_executor/models/gemma3.py`` -> ``vllm.model_executor.models.gemma3``."""
-    return module_of(path)

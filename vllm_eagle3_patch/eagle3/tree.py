@@ -11,7 +11,6 @@ a verdict goes stale when a file is added, removed or renamed, not only when a f
 from __future__ import annotations
 
 import os
-import re
 from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Hashable, Mapping, Optional, TypeVar
@@ -133,9 +132,3 @@ class Tree:
 
 def _encoded(text: Optional[str]) -> Optional[bytes]:
     return None if text is None else text.encode("utf-8", "surrogatepass")
-
-
-def module_of(path: str) -> str:
-    """``model_executor/models/gemma3.py`` -> ``vllm.model_executor.models.gemma3``; a package's
-    ``__init__.py`` is the package."""
-    return "vllm." + re.sub(r"(/__init__)?\.py$", "", path).replace("/", ".")

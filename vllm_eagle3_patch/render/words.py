@@ -22,7 +22,7 @@ from ..codemod.family import CHECKPOINTS_MODEL
 from ..codemod.patch import State
 from ..drafters.gate import quoted
 from ..drafters.target_model import READY, TargetModel
-from ..eagle3.class_chain import registry_module
+from ..eagle3.modules import registry_module
 from ..plan import FilePlan
 from ..verification.checks import Check
 from ..verification.verify import Expected, FileCheck

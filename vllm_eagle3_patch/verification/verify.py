@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Optional, Union
 
 from ..catalog import FAMILIES
 from ..codemod.patch import Policy, State
-from ..eagle3.release import GETTER, module_name
+from ..eagle3.modules import import_name
+from ..eagle3.release import GETTER
 from ..plan import FilePlan, Plan
 from .checks import Check, run_in_target
 from .in_target import stand_in_checks
@@ -143,13 +144,13 @@ def families_to_check(plan: Plan) -> list[dict]:
         if not checked(family.path, required):
             continue
         wrappers = [
-            {"module": module_name(w.wrapper.path), "cls": w.wrapper.cls, "language_model": w.wrapper.language_model}
+            {"module": import_name(w.wrapper.path), "cls": w.wrapper.cls, "language_model": w.wrapper.language_model}
             for w in plan.discovery.wrappers.values()
             if w.family is not None and w.family.name == family.name and checked(w.wrapper.path)
         ]
         described.append(
             {
-                "module": module_name(family.path),
+                "module": import_name(family.path),
                 "required": required,
                 "model": family.model,
                 "causal_lm": family.causal_lm,
@@ -160,7 +161,7 @@ def families_to_check(plan: Plan) -> list[dict]:
     by_rule = [family for family in plan.discovery.families if checked(family.path)]
     described += [
         {
-            "module": module_name(family.path),
+            "module": import_name(family.path),
             "required": False,
             "model": family.model,
             "causal_lm": family.causal_lm,

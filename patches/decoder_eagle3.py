@@ -26,6 +26,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     has_method,
     is_name,
     is_self_attribute,
+    leading_lines,
     mark,
     mark_header,
     mark_line,
@@ -184,7 +185,7 @@ class DecoderEagle3:
 
     def patch_init(self, init: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
         (reset,) = statements("self.aux_hidden_state_layers = tuple[int, ...]()\n", tree)
-        return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark_line(reset)]))
+        return init.with_changes(body=init.body.with_changes(body=[*init.body.body, mark(reset)]))
 
     def patch_forward(self, forward: DecoderForward, tree: cst.Module, relays: bool = False) -> cst.FunctionDef:
         """``forward`` read around its decoder loop (``own_forward``), capturing."""
@@ -212,8 +213,8 @@ class DecoderEagle3:
 
         new_body = [
             *forward.before_loop,
-            _move_leading_lines(body[at], mark_line(collect)),
-            mark_line(wanted),
+            _move_leading_lines(body[at], mark(collect)),
+            mark(wanted),
             self.capture_in_loop(loop, capture),
             *between,
             _move_leading_lines(body[last_at], mark(capture_last)),
@@ -316,7 +317,8 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
         find_statements(forward, cst.SimpleStatementLine, first_capture), f"the id-0 capture before {model}'s loop"
     )
     (call,) = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
-    if call.args[1].value.value != "0":  # type: ignore[attr-defined]
+    first = call.args[1].value  # an integer (``first_capture``)
+    if not isinstance(first, cst.Integer) or first.value != "0":
         raise Unrecognised(f"expected {model}.forward to capture id 0 before its loop")
     start = call.args[1].with_changes(value=cst.parse_expression("self.start_layer"))
     new_call = call.with_changes(args=[call.args[0], start, *call.args[2:]])
@@ -351,14 +353,14 @@ def _declare(model: cst.ClassDef, code: str, tree: cst.Module) -> cst.ClassDef:
     return model.with_changes(body=model.body.with_changes(body=[*body[:at], *declared, *body[at:]]))
 
 
-def _is_docstring(statement: cst.BaseStatement) -> bool:
+def _is_docstring(statement: cst.CSTNode) -> bool:
     small = sole_statement(statement)
     return isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _move_leading_lines(source: cst.BaseStatement, target: cst.BaseStatement) -> cst.BaseStatement:
     """Inserted statements take over the blank lines and comments above the one they precede."""
-    return target.with_changes(leading_lines=source.leading_lines)  # type: ignore[attr-defined]
+    return target.with_changes(leading_lines=leading_lines(source))
 
 
 # --------------------------------------------------------------------------- the release

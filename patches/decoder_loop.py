@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
-    assigned,
+    assignment,
     assigns_self_attribute,
+    block_statements,
     cst,
     exactly_one,
     find,
@@ -29,6 +30,9 @@ from vllm_eagle3_patch.codemod.patch import Unrecognised
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
 from vllm_eagle3_patch.eagle3.python_layout import ClassSpan, Layouts, class_tree, python_tree, source_lines
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard  # typing's from Python 3.10; only read by the type checker
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ class DecoderForward:
 
     @property
     def body(self) -> list[cst.BaseStatement]:
-        return list(self.function.body.body)
+        return block_statements(self.function.body)
 
     @property
     def before_loop(self) -> list[cst.BaseStatement]:
@@ -104,14 +108,14 @@ def read_forward(model: cst.ClassDef) -> DecoderForward:
     """``model``'s ``forward`` around its one decoder loop."""
     forward = method(model, "forward")
     init = method(model, "__init__")
-    body = list(forward.body.body)
+    body = block_statements(forward.body)
     staged = lambda: assigns_self_attribute(init, "start_layer")  # pipeline stages: asked of a loop over all layers
-    loops = loop_shapes.decoder_loops(body, loop_shape, staged)
+    loops = loop_shapes.decoder_loops([s for s in body if isinstance(s, cst.For)], loop_shape, staged)
     name = model.name.value
     what = f"a loop over self.layers from self.start_layer to self.end_layer (or over self.h, ...) in {name}.forward"
     node, shape = exactly_one(loops, what)
     at = body.index(node)
-    return DecoderForward(forward, Loop(node, shape), at, last_layer_index(body, at))  # type: ignore[arg-type]
+    return DecoderForward(forward, Loop(node, shape), at, last_layer_index(body, at))
 
 
 def loop_shape(node: cst.CSTNode) -> Optional[LoopMatch]:
@@ -145,7 +149,8 @@ def upstream_capture(loop: Loop) -> Optional[str]:
     if statement is None:
         return None
     appends = find(statement.body, cst.Call, lambda call: is_attribute(call.func, "append"))
-    lists = {call.func.value.value for call in appends if is_name(call.func.value)}  # type: ignore[attr-defined]
+    receivers = [call.func.value for call in appends if isinstance(call.func, cst.Attribute)]
+    lists = {receiver.value for receiver in receivers if is_name(receiver)}
     if appends and len(lists) == 1:
         return lists.pop()
     raise Unrecognised("expected the aux hidden state capture in the decoder loop to append to one list")
@@ -154,14 +159,16 @@ def upstream_capture(loop: Loop) -> Optional[str]:
 def upstream_capture_statement(loop: Loop) -> Optional[cst.If]:
     """Upstream's ``if <id> in self.aux_hidden_state_layers: ...`` in the loop body, or None."""
     for statement in loop.node.body.body:
-        test = statement.test if isinstance(statement, cst.If) else None
+        if not isinstance(statement, cst.If):
+            continue
+        test = statement.test
         if (
             isinstance(test, cst.Comparison)
             and len(test.comparisons) == 1
             and isinstance(test.comparisons[0].operator, cst.In)
             and is_self_attribute(test.comparisons[0].comparator, "aux_hidden_state_layers")
         ):
-            return statement  # type: ignore[return-value]
+            return statement
     return None
 
 
@@ -178,11 +185,11 @@ def residual_stream(loop: Loop, model: str, layers_add_the_residual: bool = Fals
     (Falcon's ``residual += attention_output``, the fused ``fused_add_rms_norm`` into its residual argument),
     and the drafter must get the stream as it was, not as the layers left it.
     """
-    line, names = _layer_call(loop, model)
+    line, names, call = _layer_call(loop, model)
     if loop.global_id in names:
         raise Unrecognised(f"the layer call in {model}.forward assigns the loop's index {loop.global_id!r}")
-    hidden = _handed_on(loop, line, names[0], model)
-    if len(names) == 1 or layers_add_the_residual or names[1] not in names_in(line.body[0].value):  # type: ignore[attr-defined]
+    hidden = _handed_on(loop, line, call, names[0], model)
+    if len(names) == 1 or layers_add_the_residual or names[1] not in names_in(call):
         return fresh(hidden)
     return f"{fresh(hidden)} if {names[1]} is None else {hidden} + {names[1]}"
 
@@ -192,30 +199,37 @@ def fresh(name: str) -> str:
     return f"{name}.clone()"
 
 
-def _layer_call(loop: Loop, model: str) -> tuple[cst.SimpleStatementLine, tuple[str, ...]]:
-    """The loop's one statement calling the layer, and the names it assigns."""
-    calls = [s for s in loop.node.body.body if _layer_call_targets(sole_statement(s), loop.layer) is not None]
-    line: cst.SimpleStatementLine = exactly_one(
+def _layer_call(loop: Loop, model: str) -> tuple[cst.SimpleStatementLine, tuple[str, ...], cst.BaseExpression]:
+    """The loop's one statement calling the layer, the names it assigns and the call."""
+    calls = [
+        s
+        for s in loop.node.body.body
+        if isinstance(s, cst.SimpleStatementLine) and _layer_call_targets(sole_statement(s), loop.layer) is not None
+    ]
+    line = exactly_one(
         calls, f"the decoder layer call `hidden_states[, residual] = {loop.layer}(...)` in {model}.forward"
-    )  # type: ignore[assignment]
+    )
     names = _layer_call_targets(line.body[0], loop.layer)
-    assert names is not None
-    return line, names
+    found = assignment(line.body[0])
+    assert names is not None and found is not None
+    return line, names, found[1]
 
 
-def _handed_on(loop: Loop, line: cst.SimpleStatementLine, output: str, model: str) -> str:
+def _handed_on(loop: Loop, line: cst.SimpleStatementLine, call: cst.BaseExpression, output: str, model: str) -> str:
     """The name the next layer is handed: the layer's ``output`` where the call passes it on, else the
     argument that a later statement of the loop sets from it (Zamba2's ``layer_outputs = layer(hidden_states,
     ...)`` then ``hidden_states = layer_outputs``): captured before the call, ``output`` is not bound yet."""
-    arguments = names_in(line.body[0].value)  # type: ignore[attr-defined]
+    arguments = names_in(call)
     if output in arguments:
         return output
     body = list(loop.node.body.body)
     for statement in body[body.index(line) + 1 :]:
-        small = sole_statement(statement)
-        target = assigned(small)
-        if is_name(target) and target.value in arguments and output in names_in(small.value):  # type: ignore[union-attr]
-            return target.value  # type: ignore[union-attr]
+        found = assignment(sole_statement(statement))
+        if found is None:
+            continue
+        target, value = found
+        if is_name(target) and target.value in arguments and output in names_in(value):
+            return target.value
     raise Unrecognised(
         f"expected {model}.forward to hand {output!r}, the output of its decoder layer call, to the next layer"
     )
@@ -271,17 +285,14 @@ def _assigns_before_reading(function: ast.FunctionDef, name: str) -> bool:
 
 def _layer_call_targets(statement: Optional[cst.BaseSmallStatement], callee: str) -> Optional[tuple[str, ...]]:
     """``("a", "b")`` for ``a, b = <callee>(...)``, ``("a",)`` for ``a = <callee>(...)``, else None."""
-    target = assigned(statement)
-    if target is None or not (isinstance(statement.value, cst.Call) and is_name(statement.value.func, callee)):  # type: ignore[union-attr]
+    target, value = assignment(statement) or (None, None)
+    if target is None or not (isinstance(value, cst.Call) and is_name(value.func, callee)):
         return None
     if is_name(target):
-        return (target.value,)  # type: ignore[union-attr]
-    if (
-        isinstance(target, cst.Tuple)
-        and len(target.elements) == 2
-        and all(isinstance(e, cst.Element) and is_name(e.value) for e in target.elements)
-    ):
-        return tuple(e.value.value for e in target.elements)  # type: ignore[attr-defined]
+        return (target.value,)
+    if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        names = [e.value.value for e in target.elements if isinstance(e, cst.Element) and is_name(e.value)]
+        return tuple(names) if len(names) == 2 else None
     return None
 
 
@@ -291,8 +302,9 @@ def last_layer_index(body: list[cst.BaseStatement], after: int) -> int:
     one, so that only the last rank captures it.  Not before the final norm: what comes between may change
     what ``hidden_states`` and ``residual`` hold (HYV3 folds the residual into ``hidden_states`` there)."""
     for index in range(after + 1, len(body)):
-        if hands_on(body[index]):
-            goes_on = isinstance(body[index], cst.If) and body[index].orelse is not None  # type: ignore[attr-defined]
+        statement = body[index]
+        if hands_on(statement):
+            goes_on = isinstance(statement, cst.If) and statement.orelse is not None
             return index if goes_on else index + 1  # `else:` the last rank's part (Bailing MoE): before it all
     return after + 1
 
@@ -302,7 +314,7 @@ def hands_on(statement: cst.BaseStatement) -> bool:
     return bool(find(statement, cst.Return, is_handing_on))
 
 
-def is_handing_on(node: cst.CSTNode) -> bool:
+def is_handing_on(node: cst.CSTNode) -> TypeGuard[cst.Return]:
     returned = node.value if isinstance(node, cst.Return) else None
     return isinstance(returned, cst.Call) and is_name(returned.func, "IntermediateTensors")
 

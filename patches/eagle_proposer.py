@@ -64,7 +64,7 @@ def _reader_code() -> str:
 
 def _reads_image_token_index(node: cst.CSTNode) -> bool:
     """``<target>.config.image_token_index``"""
-    return is_attribute(node, IMAGE_TOKEN_FIELD) and is_attribute(node.value, "config")  # type: ignore[attr-defined]
+    return is_attribute(node, IMAGE_TOKEN_FIELD) and is_attribute(node.value, "config")
 
 
 def _config_reads(function: cst.FunctionDef) -> list[cst.Attribute]:
@@ -125,9 +125,10 @@ def _reading_through_reader(load_model: cst.FunctionDef, tree: cst.Module) -> cs
     """``load_model`` with every image-token copy reading through :data:`READER`, each on its own marked line."""
     code = cst.Module([]).code_for_node
     for line in find_statements(load_model, cst.SimpleStatementLine, _copies_image_token_index):
-        statement: cst.Assign = line.body[0]  # type: ignore[assignment]
-        source: cst.Attribute = statement.value  # type: ignore[assignment]
-        (call,) = statements(f"{code(statement.targets[0].target)} = {READER}({code(source.value)})\n", tree)
+        statement = line.body[0]
+        assert isinstance(statement, cst.Assign) and isinstance(statement.value, cst.Attribute)  # what was found
+        target, source = statement.targets[0].target, statement.value
+        (call,) = statements(f"{code(target)} = {READER}({code(source.value)})\n", tree)
         load_model = replace_node(load_model, line, mark(call).with_changes(leading_lines=line.leading_lines))
     return load_model
 

@@ -84,6 +84,7 @@ def send_on(statement: cst.BaseStatement, aux: str) -> cst.BaseStatement:
     """``return IntermediateTensors(x)`` -> ``return self.aux_hidden_states_sent_on(IntermediateTensors(x), <aux>)``."""
     (line,) = find(statement, cst.SimpleStatementLine, lambda line: any(is_handing_on(s) for s in line.body))
     (returned,) = [s for s in line.body if is_handing_on(s)]
+    assert returned.value is not None  # `IntermediateTensors(...)`: is_handing_on
     call = cst.Call(cst.parse_expression(f"self.{SENT_ON}"), args=[cst.Arg(returned.value), cst.Arg(cst.Name(aux))])
     return replace_node(statement, line, mark_line(replace_node(line, returned, returned.with_changes(value=call))))
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
     add_methods,
-    assigned,
+    assignment,
     cst,
     find,
     find_statements,
@@ -123,11 +123,10 @@ def _built_embeddings(model: cst.ClassDef) -> list[str]:
         return []
     names: list[str] = []
     for line in find_statements(method(model, "__init__"), cst.SimpleStatementLine):
-        statement = sole_statement(line)
-        target = assigned(statement)
+        target, value = assignment(sole_statement(line)) or (None, None)
         if not (isinstance(target, cst.Attribute) and is_name(target.value, "self")):
             continue
-        name, value = target.attr.value, statement.value  # type: ignore[union-attr]
+        name = target.attr.value
         callee = value.func if isinstance(value, cst.Call) else None
         embedding = is_name(callee, TOKEN_EMBEDDING) or is_attribute(callee, TOKEN_EMBEDDING)
         if (name in SHARED_EMBEDDINGS or embedding) and name not in names:
@@ -147,13 +146,12 @@ def _outer_model(tree: cst.Module, family: Family) -> cst.ClassDef:
     defaults = {param.name.value: param.default for param in params if param.default is not None}
     classes = {node.name.value: node for node in tree.body if isinstance(node, cst.ClassDef)}
     for line in find_statements(init, cst.SimpleStatementLine, lambda line: True):
-        statement = sole_statement(line)
-        target = assigned(statement)
-        if target is not None and is_self_attribute(target, held) and isinstance(statement.value, cst.Call):  # type: ignore[union-attr]
-            callee = statement.value.func  # type: ignore[union-attr]
-            callee = defaults.get(callee.value, callee) if is_name(callee) else callee  # type: ignore[attr-defined]
-            if is_name(callee) and callee.value in classes:  # type: ignore[attr-defined]
-                return classes[callee.value]  # type: ignore[attr-defined]
+        target, value = assignment(sole_statement(line)) or (None, None)
+        if target is not None and is_self_attribute(target, held) and isinstance(value, cst.Call):
+            callee = value.func
+            callee = defaults.get(callee.value, callee) if is_name(callee) else callee
+            if is_name(callee) and callee.value in classes:
+                return classes[callee.value]
     raise Unrecognised(f"expected {family.causal_lm}.__init__ to build self.{held} from a class of its file")
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from vllm_eagle3_patch.codemod.cst_tools import (
     append_items,
-    assigned,
+    assignment,
     cst,
     exactly_one,
     find,
@@ -39,12 +39,20 @@ READ_WORDS = (*GATE_SIGNS, "llama")
 
 def _is_whitelist(line: cst.SimpleStatementLine) -> bool:
     """``eagle3_target_supported = ["llama", ...]`` (or ``aux_hidden_states_supported``), alone on its line."""
-    statement = sole_statement(line)
+    target, value = assignment(sole_statement(line)) or (None, None)
     return (
-        is_name(assigned(statement), *WHITELISTS)
-        and isinstance(statement.value, cst.List)  # type: ignore[union-attr]
-        and all(isinstance(e, cst.Element) and isinstance(e.value, cst.SimpleString) for e in statement.value.elements)  # type: ignore[union-attr]
+        is_name(target, *WHITELISTS)
+        and isinstance(value, cst.List)
+        and all(isinstance(e, cst.Element) and isinstance(e.value, cst.SimpleString) for e in value.elements)
     )
+
+
+def _whitelist(line: cst.SimpleStatementLine) -> tuple[cst.BaseSmallStatement, cst.List]:
+    """The assignment on a whitelist's line (:func:`_is_whitelist`) and its list."""
+    statement = line.body[0]
+    _, listed = assignment(statement) or (None, None)
+    assert isinstance(listed, cst.List)
+    return statement, listed
 
 
 def _is_llama_only(comparison: cst.Comparison) -> bool:
@@ -62,7 +70,9 @@ def _whitelists(config: cst.ClassDef) -> list[cst.SimpleStatementLine]:
 
 def _not_accepted(line: cst.SimpleStatementLine, model_types: tuple[str, ...]) -> list[str]:
     """The ``model_types`` the whitelist on ``line`` rejects (its entries match by substring)."""
-    listed = [e.value.evaluated_value for e in line.body[0].value.elements]  # type: ignore[attr-defined]
+    _, whitelist = _whitelist(line)
+    values = [e.value.evaluated_value for e in whitelist.elements if isinstance(e.value, cst.SimpleString)]
+    listed = [v for v in values if isinstance(v, str)]  # all of them: string literals (:func:`_is_whitelist`)
     return [t for t in model_types if not any(entry in t for entry in listed)]
 
 
@@ -84,8 +94,7 @@ class SpeculativeGate:
         return replace_child(tree, config, replace_node(config, gate, self.open_llama_gate(gate)))
 
     def extend_whitelist(self, line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-        assign: cst.Assign = line.body[0]  # type: ignore[assignment]
-        listed: cst.List = assign.value  # type: ignore[assignment]
+        assign, listed = _whitelist(line)
         new = [cst.Element(cst.SimpleString(f'"{t}"')) for t in _not_accepted(line, self.model_types)]
         extended = listed.with_changes(elements=append_items(listed.elements, new))
         return mark_line(line.with_deep_changes(assign, value=extended))
@@ -96,7 +105,7 @@ class SpeculativeGate:
         accepted = ", ".join(f'"{t}"' for t in ("llama", *self.model_types))
         opened = cst.parse_expression(f"not any(supported in {model_type} for supported in ({accepted}))")
         test = replace_node(gate.test, comparison, opened)
-        return mark(gate.with_changes(test=test))  # type: ignore[return-value]
+        return mark(gate.with_changes(test=test))
 
 
 def _native(module: cst.Module, source: str, model_types: tuple[str, ...]) -> Optional[str]:

@@ -9,6 +9,13 @@ import subprocess
 import pytest
 from helpers.cli import run_cli
 from helpers.cli import run_on as cli
+from helpers.selection import release_param
+
+from vllm_eagle3_patch.architecture_verdicts import architecture_verdicts
+from vllm_eagle3_patch.drafters.target_model import target_model_of
+from vllm_eagle3_patch.install.locate import from_package_dir
+from vllm_eagle3_patch.plan import make_plan
+from vllm_eagle3_patch.render.words import target_verdict
 
 
 def check(package_dir, model: str) -> tuple[int, dict]:
@@ -123,3 +130,36 @@ def test_a_checkpoint_without_architectures_is_resolved_as_vllm_does(release, mo
         "--vllm-dir", str(package_dir), "--json", "doctor", "--drafter", str(drafter), "--target", str(checkpoint)
     )
     assert "Qwen2VLForConditionalGeneration" in doctor.stdout, doctor.stdout + doctor.stderr
+
+
+@pytest.mark.parametrize("version", [release_param("0.17.1", True), release_param("0.34.0", False)])
+def test_status_model_and_architectures_are_one_judge(release, version):
+    """For every architecture the release registers, ``status --model`` serves exactly the methods
+    ``status --architectures`` lists for it, before apply and after: one judge of what the runner and the gate
+    let through (0.17.1: the gate's whitelist, multimodal classes judged by their language model's type)."""
+    package_dir = release(version)
+    for step in ("unpatched", "patched"):
+        if step == "patched":
+            assert cli(package_dir, "apply", "-q").returncode == 0
+        plan = make_plan(from_package_dir(package_dir), states_only=True)
+        verdicts = architecture_verdicts(plan)
+        served = {v.architecture: v.methods for v in verdicts}
+        assert any(served.values()) and not all(served.values()), served
+        # a class whose checkpoint names its language model is a target only if that one is: by name, status
+        # --model asks for the checkpoint rather than promise (its row says what it hands EAGLE-3 on to)
+        by_checkpoint = {v.architecture for v in verdicts if chosen_by_checkpoint(plan, v.architecture)}
+        judged = {v.architecture: target_model_of(plan, v.architecture, None) for v in verdicts}
+        for architecture in by_checkpoint:
+            assert not judged[architecture].serves and "give the checkpoint" in target_verdict(judged[architecture])
+        differ = {
+            a: (judged[a].serves, served[a]) for a in served if a not in by_checkpoint and judged[a].serves != served[a]
+        }
+        assert not differ, (step, differ)
+
+
+def chosen_by_checkpoint(plan, architecture: str) -> bool:
+    """The class (or the class a platform imports for it) runs the language model its checkpoint names."""
+    wrappers = plan.discovery.wrappers
+    variants = plan.discovery.per_platform.get(architecture, ())
+    names = [architecture, *(v.wrapper for v in variants if v.wrapper)]
+    return any(name in wrappers and wrappers[name].chosen_by_checkpoint for name in names)

@@ -152,7 +152,7 @@ def _refuse_unless_applicable(plan: Plan) -> None:
 def _write_patches(plan: Plan) -> Outcome:
     """The journal, backups, the manifest (both hashes of every file it names), the files, then no journal."""
     state_dir = StateDir(plan.install.package_dir)
-    state_dir.save_journal(Journal("apply", {c.path: sha256(c.desired) for c in plan.changes}))  # type: ignore[arg-type]
+    state_dir.save_journal(Journal("apply", {c.path: sha256(_desired(c)) for c in plan.changes}))
     previous = plan.manifest
     records: dict[str, FileRecord] = {}
     backups: list[tuple[str, bytes]] = []  # (path, original) to save
@@ -164,8 +164,8 @@ def _write_patches(plan: Plan) -> Outcome:
             if not _backup_holds(state_dir, previous, file.path, record):
                 backups.append((file.path, file.original))
             records[file.path] = record
-        elif _holds_what_apply_wrote(previous, file):
-            records[file.path] = previous.files[file.path]  # type: ignore[union-attr]
+        elif previous is not None and _holds_what_apply_wrote(previous, file):
+            records[file.path] = previous.files[file.path]
     for path, original in backups:  # all checked before any is written: refusing changes nothing
         _refuse_to_lose_the_installed_original(plan.install, state_dir, path, sha256(original))
     manifest = Manifest(
@@ -175,7 +175,7 @@ def _write_patches(plan: Plan) -> Outcome:
     changes = plan.changes
     _replace_all(
         plan.install.package_dir,
-        [(c.path, c.desired, c.current) for c in changes],  # type: ignore[misc]
+        [(c.path, _desired(c), c.current) for c in changes],
         on_failure=lambda: _restore_manifest(state_dir, previous),  # the journal with it
     )
     for stale in set(previous.files if previous else ()) - set(records):
@@ -185,6 +185,12 @@ def _write_patches(plan: Plan) -> Outcome:
     kept = {path: _compare(plan.install, path, r.sha256_before, r).check.value for path, r in records.items()}
     version, interrupted = plan.install.version, _interrupted(plan)
     return Outcome(Done.PATCHED, version, names, kept, plan.options, interrupted, _left_alone(plan))
+
+
+def _desired(file: FilePlan) -> bytes:
+    """The text ``apply`` leaves in a file it changes (one of ``Plan.changes``: it has one)."""
+    assert file.desired is not None
+    return file.desired
 
 
 def _holds_what_apply_wrote(previous: Optional[Manifest], file: FilePlan) -> bool:

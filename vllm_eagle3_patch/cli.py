@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence, Union
 
 from . import PROG, __version__, changes, output
 from .architecture_verdicts import architecture_verdicts
@@ -81,7 +81,7 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser, whose errors reach :func:`main` (which answers in JSON under ``--json``)
     instead of exiting from inside the parse."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         command = self.prog.removeprefix(PROG).strip()
@@ -408,7 +408,13 @@ def run_doctor(args: argparse.Namespace) -> int:
 class RecordGiven(argparse.Action):
     """Stores the value and that it was given: ``--aux-layers default`` parses to None."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Union[str, Sequence[Any], None],
+        option_string: Optional[str] = None,
+    ) -> None:
         setattr(namespace, self.dest, values)
         namespace.aux_layers_given = True
 

@@ -385,11 +385,15 @@ def decoder(known: tuple[Family, ...]) -> Callable[[object], Discovery]:
         native = {a: tuple(types) for a, types in data["native"].items()}
         wrappers = {
             a: FoundWrapper(
-                **{**w, "wrapper": Wrapper(**w["wrapper"]), "model_types": tuple(w["model_types"])},
+                **{
+                    **w,
+                    "wrapper": Wrapper(**w["wrapper"]),
+                    "model_types": tuple(w["model_types"]),
+                    "family": by_key[tuple(w["family"])] if w["family"] else None,
+                },
             )
             for a, w in data["wrappers"].items()
         }
-        wrappers = {a: replace(w, family=by_key[tuple(w.family)] if w.family else None) for a, w in wrappers.items()}
         unrecognised = dict(data["unrecognised"])
         encoder_decoder = tuple(data["encoder_decoder"])
         per_platform = {
@@ -408,7 +412,7 @@ def serving(
     LM is on the registered class's chain; and of the multimodal wrappers found by rule that serve them, with
     their language models' families.  An unknown name is refused."""
     chains = ChainReader(release.read, release.layouts)
-    names = set()
+    names: set[str] = set()
     for architecture in architectures:
         if architecture not in release.registry:
             raise ToolError(
@@ -456,7 +460,12 @@ def _own_decoder_refusal(
     or one it can (``multimodal.held_language_model_refusal``)."""
     runs = next((c for c in chain.classes if "forward" in c.methods), None)
     attribute = runs.returns_from if runs is not None else None
-    if attribute is None or runs.reads_encoder_outputs or _held_model(chains, chain.classes, attribute) is None:
+    if (
+        runs is None
+        or attribute is None
+        or runs.reads_encoder_outputs
+        or _held_model(chains, chain.classes, attribute) is None
+    ):
         return None
     return held_language_model_refusal(release, chains, chain, attribute, families)
 

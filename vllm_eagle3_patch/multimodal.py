@@ -138,16 +138,18 @@ def held_language_model_refusal(
     its own file, which the class runs as a causal LM runs its model); None where that class cannot be read, or
     where the release's proposer does not take the embedding from the language model."""
     held = held_class(chains, chain, attribute) if release.shares_the_language_models_embedding else None
-    if held is None:
+    holder = _holder(chain, attribute)  # not None where a class is held
+    if held is None or holder is None:
         return None
-    return unshared_embedding(chains, held, attribute, families, _holder(chain, attribute).module)  # type: ignore[union-attr]
+    return unshared_embedding(chains, held, attribute, families, holder.module)
 
 
 def held_answers_model(release: Release, chains: ChainReader, chain: Chain, attribute: str) -> bool:
     """Whether the class ``chain``'s ``__init__`` builds in ``self.<attribute>`` (its language model) gains a
     read-only ``model`` answering itself (:func:`answers_model`), in the file of the class that builds it."""
     held = held_class(chains, chain, attribute) if release.shares_the_language_models_embedding else None
-    return held is not None and answers_model(held, _holder(chain, attribute).module)  # type: ignore[union-attr]
+    holder = _holder(chain, attribute)  # not None where a class is held
+    return held is not None and holder is not None and answers_model(held, holder.module)
 
 
 def held_class(chains: ChainReader, chain: Chain, attribute: str) -> Optional[Chain]:

@@ -38,8 +38,9 @@ class Found:
 class PatchKind(Protocol):
     """An entry of the catalog."""
 
-    after_model_files: bool
-    """Planned once the model files are, and handed their verdicts (``Found.eagle3``)."""
+    @property
+    def after_model_files(self) -> bool:
+        """Planned once the model files are, and handed their verdicts (``Found.eagle3``)."""
 
     def patches(self, found: Found) -> tuple[Patch, ...]:
         """The patches of this entry, given what the plan found."""

@@ -42,12 +42,15 @@ def import_lazily(name: str) -> ModuleType:
 
 if TYPE_CHECKING:
     import libcst as cst
+    from typing_extensions import TypeGuard  # typing's from Python 3.10; only read by the type checker
 else:
     cst = import_lazily("libcst")
 """LibCST, for this module and the patch modules (``from vllm_eagle3_patch.codemod.cst_tools import cst``)."""
 
 Found = TypeVar("Found")
 Node = TypeVar("Node", bound="cst.CSTNode")
+Statement = TypeVar("Statement", bound="cst.BaseStatement")
+Line = TypeVar("Line", bound="cst.SimpleStatementLine")
 Parent = TypeVar("Parent", "cst.Module", "cst.ClassDef")
 CommaItem = TypeVar("CommaItem", "cst.Arg", "cst.Element", "cst.ImportAlias")
 
@@ -76,11 +79,15 @@ def trusting_the_parser() -> Iterator[None]:
     if validate is None:  # a LibCST that validates elsewhere: nothing to set aside
         yield
         return
-    node.__post_init__ = _built_by_the_parser  # type: ignore[method-assign]
+    _validate_with(_built_by_the_parser)
     try:
         yield
     finally:
-        node.__post_init__ = validate  # type: ignore[method-assign]
+        _validate_with(validate)
+
+
+def _validate_with(check: Callable[..., None]) -> None:
+    cst.CSTNode.__post_init__ = check  # type: ignore[method-assign]  # LibCST's own hook, swapped on purpose
 
 
 def _built_by_the_parser(self: cst.CSTNode) -> None:
@@ -141,11 +148,26 @@ def sole_statement(line: cst.CSTNode) -> Optional[cst.BaseSmallStatement]:
 
 def assigned(statement: Optional[cst.CSTNode]) -> Optional[cst.BaseAssignTargetExpression]:
     """The target of ``target = value`` (or ``target: annotation = value``) with exactly one target, or None."""
+    found = assignment(statement)
+    return found[0] if found is not None else None
+
+
+def assignment(
+    statement: Optional[cst.CSTNode],
+) -> Optional[tuple[cst.BaseAssignTargetExpression, cst.BaseExpression]]:
+    """``(target, value)`` of ``target = value`` (or ``target: annotation = value``) with exactly one target, or
+    None: ``target, value = assignment(statement) or (None, None)``."""
     if isinstance(statement, cst.Assign) and len(statement.targets) == 1:
-        return statement.targets[0].target
+        return statement.targets[0].target, statement.value
     if isinstance(statement, cst.AnnAssign) and statement.value is not None:
-        return statement.target
+        return statement.target, statement.value
     return None
+
+
+def leading_lines(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    """The blank lines and comments above ``statement``."""
+    assert isinstance(statement, (cst.SimpleStatementLine, cst.BaseCompoundStatement))  # LibCST's two kinds
+    return statement.leading_lines
 
 
 def assigns_self_attribute(function: cst.FunctionDef, name: str) -> bool:
@@ -162,17 +184,17 @@ def assigns_self_attribute(function: cst.FunctionDef, name: str) -> bool:
     return False
 
 
-def is_name(node: Optional[cst.CSTNode], *names: str) -> bool:
+def is_name(node: Optional[cst.CSTNode], *names: str) -> TypeGuard[cst.Name]:
     """A bare name, one of ``names`` when they are given."""
     return isinstance(node, cst.Name) and (not names or node.value in names)
 
 
-def is_attribute(node: Optional[cst.CSTNode], attr: str) -> bool:
+def is_attribute(node: Optional[cst.CSTNode], attr: str) -> TypeGuard[cst.Attribute]:
     """``<anything>.<attr>``"""
     return isinstance(node, cst.Attribute) and node.attr.value == attr
 
 
-def is_string(node: Optional[cst.CSTNode], value: str) -> bool:
+def is_string(node: Optional[cst.CSTNode], value: str) -> TypeGuard[cst.SimpleString]:
     """A plain string literal whose value is ``value``, in whatever quotes."""
     return isinstance(node, cst.SimpleString) and node.evaluated_value == value
 
@@ -193,16 +215,22 @@ def exactly_one(found: Sequence[Found], what: str) -> Found:
 
 def top_level_class(module: cst.Module, name: str) -> cst.ClassDef:
     classes = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name]
-    return exactly_one(classes, f"class {name}")  # type: ignore[return-value]
+    return exactly_one(classes, f"class {name}")
 
 
 def method(cls: cst.ClassDef, name: str) -> cst.FunctionDef:
     methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-    return exactly_one(methods, f"method {cls.name.value}.{name}")  # type: ignore[return-value]
+    return exactly_one(methods, f"method {cls.name.value}.{name}")
 
 
 def has_method(cls: cst.ClassDef, name: str) -> bool:
     return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in cls.body.body)
+
+
+def block_statements(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
+    """The statements of an indented block; none in a one-line body (``def f(): return x``), whose small statements
+    stand on the header's line."""
+    return list(suite.body) if isinstance(suite, cst.IndentedBlock) else []
 
 
 def statements(code: str, module: cst.Module) -> list[cst.BaseStatement]:
@@ -218,21 +246,23 @@ def _parsed(code: str, config: Any) -> tuple[cst.BaseStatement, ...]:
     return tuple(cst.parse_module(code, config=config).body)
 
 
-def mark_header(block: cst.IndentedBlock) -> cst.IndentedBlock:
+def mark_header(block: cst.BaseSuite) -> cst.IndentedBlock:
     """Put the marker comment on a compound statement's header line (``for ...:  # mark``)."""
+    assert isinstance(block, cst.IndentedBlock), "a compound statement on one line has no header line of its own"
     return block.with_changes(header=_marked(block.header))
 
 
-def mark_line(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+def mark_line(line: Line) -> Line:
     """Put the marker comment at the end of a simple statement's (last) line."""
     return line.with_changes(trailing_whitespace=_marked(line.trailing_whitespace))
 
 
-def mark(statement: cst.BaseStatement) -> cst.BaseStatement:
+def mark(statement: Statement) -> Statement:
     """Mark a simple statement's line or a compound statement's header."""
     if isinstance(statement, cst.SimpleStatementLine):
         return mark_line(statement)
-    return statement.with_changes(body=mark_header(statement.body))  # type: ignore[attr-defined]
+    assert isinstance(statement, cst.BaseCompoundStatement)  # the other kind of statement LibCST has
+    return statement.with_changes(body=mark_header(statement.body))
 
 
 def add_base(cls: cst.ClassDef, base: str) -> cst.ClassDef:
@@ -265,27 +295,27 @@ def append_items(items: Sequence[CommaItem], new: Sequence[CommaItem]) -> list[C
         return list(items)
     if not items:
         return _with_commas(list(new), cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), None)
-    *head, last = items
+    head, last = list(items[:-1]), items[-1]  # not `*head, last = items` (nor `[*a, *b]`): mypy loses the item type
     trailing = last.comma if isinstance(last.comma, cst.Comma) else None
     between = head[-1].comma if head and isinstance(head[-1].comma, cst.Comma) else None
     if between is None or (trailing is None and not _spans_lines(between)):
         between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-    return [*head, *_with_commas([last, *new], between, trailing)]
+    return head + _with_commas([last] + list(new), between, trailing)
 
 
 def _with_commas(items: list[CommaItem], between: cst.Comma, trailing: Optional[cst.Comma]) -> list[CommaItem]:
     result = [item.with_changes(comma=between) for item in items[:-1]]
     last_comma: Union[cst.Comma, cst.MaybeSentinel] = trailing if trailing is not None else cst.MaybeSentinel.DEFAULT
-    return [*result, items[-1].with_changes(comma=last_comma)]
+    return result + [items[-1].with_changes(comma=last_comma)]
 
 
 def _spans_lines(comma: cst.Comma) -> bool:
     return isinstance(comma.whitespace_after, cst.ParenthesizedWhitespace)
 
 
-def is_self_attribute(node: cst.BaseExpression, name: str) -> bool:
+def is_self_attribute(node: Optional[cst.CSTNode], name: str) -> TypeGuard[cst.Attribute]:
     """``self.<name>``"""
-    return is_attribute(node, name) and is_name(node.value, "self")  # type: ignore[union-attr]
+    return is_attribute(node, name) and is_name(node.value, "self")
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
@@ -299,9 +329,9 @@ def replace_child(parent: Parent, old: cst.CSTNode, new: cst.CSTNode) -> Parent:
     Cheaper than ``deep_replace``, which walks and rebuilds the whole tree.
     """
     if isinstance(parent, cst.Module):
-        return parent.with_changes(body=[new if s is old else s for s in parent.body])  # type: ignore[return-value]
+        return parent.with_changes(body=[new if s is old else s for s in parent.body])
     body = parent.body.with_changes(body=[new if s is old else s for s in parent.body.body])
-    return parent.with_changes(body=body)  # type: ignore[return-value]
+    return parent.with_changes(body=body)
 
 
 def replace_node(root: Node, old: cst.CSTNode, new: cst.CSTNode) -> Node:
@@ -314,7 +344,7 @@ def replace_node(root: Node, old: cst.CSTNode, new: cst.CSTNode) -> Node:
         raise ValueError("replace_node: the node to replace is not under the root")
     for parent in reversed(path[:-1]):
         new, old = _with_child(parent, old, new), parent
-    return new  # type: ignore[return-value]
+    return new  # type: ignore[return-value]  # root rebuilt by with_changes, its own kind (or `new`: root is old)
 
 
 def _path_to(node: cst.CSTNode, target: cst.CSTNode) -> list[cst.CSTNode]:
@@ -347,7 +377,7 @@ def add_import(tree: cst.Module, module: str, name: str, package: str) -> cst.Mo
     ``AddImportsVisitor`` does for these shapes, without importing ``libcst.codemod``
     and ``libcst.matchers`` (see :class:`~vllm_eagle3_patch.codemod.judge.ModuleCodemod`).
     """
-    head = list(tree.body[: _header_length(tree)])
+    head = _header(tree)
     for index, line in enumerate(head):
         statement = sole_statement(line)
         if not isinstance(statement, cst.ImportFrom) or _imported_module(statement, package) != module:
@@ -355,16 +385,21 @@ def add_import(tree: cst.Module, module: str, name: str, package: str) -> cst.Mo
         if isinstance(statement.names, cst.ImportStar) or _imports_name(line, name):
             return tree
         names = append_items(statement.names, [cst.ImportAlias(cst.Name(name))])
-        head[index] = mark_line(line.with_changes(body=[statement.with_changes(names=names)]))  # type: ignore[attr-defined]
+        head[index] = mark_line(line.with_changes(body=[statement.with_changes(names=names)]))
         return tree.with_changes(body=[*head, *tree.body[len(head) :]])
     (new_line,) = statements(f"from {module} import {name}\n", tree)
     at = _after_imports(head)
-    return tree.with_changes(body=[*head[:at], mark_line(new_line), *tree.body[at:]])  # type: ignore[arg-type]
+    return tree.with_changes(body=[*head[:at], mark(new_line), *tree.body[at:]])
 
 
-def _header_length(tree: cst.Module) -> int:
-    """How many simple statements (docstring, imports, constants) open the module."""
-    return next((i for i, s in enumerate(tree.body) if not isinstance(s, cst.SimpleStatementLine)), len(tree.body))
+def _header(tree: cst.Module) -> list[cst.SimpleStatementLine]:
+    """The simple statements (docstring, imports, constants) that open the module."""
+    head = []
+    for line in tree.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            break
+        head.append(line)
+    return head
 
 
 def _imported_module(statement: cst.ImportFrom, package: str) -> str:
@@ -379,15 +414,13 @@ def _imported_module(statement: cst.ImportFrom, package: str) -> str:
     return ".".join([*base, name] if name else base)
 
 
-def _after_imports(head: list[cst.BaseStatement]) -> int:
+def _after_imports(head: list[cst.SimpleStatementLine]) -> int:
     """Where a new import goes: after the last one at the top, else after the docstring."""
     imports = [i for i, line in enumerate(head) if isinstance(sole_statement(line), (cst.Import, cst.ImportFrom))]
     if imports:
         return imports[-1] + 1
-    docstring = (
-        head and isinstance(sole_statement(head[0]), cst.Expr) and isinstance(head[0].body[0].value, cst.SimpleString)
-    )  # type: ignore[attr-defined]
-    return 1 if docstring else 0
+    first = sole_statement(head[0]) if head else None
+    return 1 if isinstance(first, cst.Expr) and isinstance(first.value, cst.SimpleString) else 0
 
 
 def _imports_name(line: cst.BaseStatement, name: str) -> bool:

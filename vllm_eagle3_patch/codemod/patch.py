@@ -97,20 +97,34 @@ class Verdict:
 class Patch(Protocol):
     """One place in vLLM that this tool may change."""
 
-    name: str
-    """Short human name, e.g. "DeepSeek-V2/V3 model"."""
-    policy: Policy
-    serves: Optional[str]
-    """The model family the file serves, for messages (None: all of them, like the gate)."""
-    default_path: str
-    """Where the file usually is, to name it when it is missing."""
-    serves_families: tuple[str, ...]
-    """Every family the file serves (several where causal LMs found by rule share a file): ``apply --only``."""
-    cache_key: str
-    """What the patch is made of, for the verdict cache: its name, or its families, or the gate's types."""
-    replanned: bool
-    """Planned from its original on every ``apply`` instead of kept by hash (the gate: its types follow the model
-    files patched with it)."""
+    # Read-only properties: a patch may answer them with a property, an attribute or a class attribute.
+    @property
+    def name(self) -> str:
+        """Short human name, e.g. "DeepSeek-V2/V3 model"."""
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def serves(self) -> Optional[str]:
+        """The model family the file serves, for messages (None: all of them, like the gate)."""
+
+    @property
+    def default_path(self) -> str:
+        """Where the file usually is, to name it when it is missing."""
+
+    @property
+    def serves_families(self) -> tuple[str, ...]:
+        """Every family the file serves (several where causal LMs found by rule share a file): ``apply --only``."""
+
+    @property
+    def cache_key(self) -> str:
+        """What the patch is made of, for the verdict cache: its name, or its families, or the gate's types."""
+
+    @property
+    def replanned(self) -> bool:
+        """Planned from its original on every ``apply`` instead of kept by hash (the gate: its types follow the
+        model files patched with it)."""
 
     def locate(self, release: Release) -> Optional[str]:
         """The file's path relative to ``vllm/`` in this release, or None if it has no such file."""

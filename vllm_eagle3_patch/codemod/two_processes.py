@@ -32,7 +32,8 @@ _INDEX = 4
 def judge_all(jobs: Sequence[Callable[[], Verdict]], weights: Optional[Sequence[float]] = None) -> list[Verdict]:
     """``job()`` for every job, in order, each verdict with its patched text (a codemod bug raises in the
     process judging: the text is written out and compiled there)."""
-    answers = on_two_processes([lambda job=job: _encoded(job()) for job in jobs], weights)
+    encoded = [lambda job=job: _encoded(job()) for job in jobs]  # typed here: mypy cannot type it as an argument
+    answers = on_two_processes(encoded, weights)
     return [Verdict.written(State(state), reason, text) for state, reason, text in answers]
 
 

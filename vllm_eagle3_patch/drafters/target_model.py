@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Optional
 
+from ..architecture_verdicts import FamilyFile, Implements, PerPlatform, RunnerReason, WrapperFile, gate_types, judge
 from ..catalog import FAMILIES
 from ..codemod.family import Family, FoundWrapper
 from ..codemod.patch import State
@@ -52,8 +53,10 @@ class TargetModel:
     language_model: Optional[TargetModel] = None
     """The language model the checkpoint's text config names, where the wrapper leaves the choice to it."""
     refusal: Optional[str] = None
-    """Why no rule serves a registered multimodal class (``discovery``'s reason: the proposer could not take the
-    embedding from its language model, ...)."""
+    """Why a class found by rule on several platforms cannot be served (each hands EAGLE-3 on)."""
+    runner: Optional[RunnerReason] = None
+    """Why the runner refuses the registered class, as ``status --architectures`` says it (``judge``'s reason:
+    unserved, unreadable, another family's file, a refused platform's class)."""
     unknown: Optional[str] = None
     """Why nothing can be judged: the release's EAGLE-3 interface was not established (``Release.no_eagle3``)."""
 
@@ -188,46 +191,73 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
 
 
 def _judged(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:
-    """The model the registry serves ``architecture`` with; a checkpoint's model type where the
-    release does not register its architecture (a multimodal class older releases lack).  Given by name,
-    it is judged by every model type its checkpoints name (``discovery.model_types``), never one guessed."""
-    entry = plan.release.registry.get(architecture)
+    """The model the registry serves ``architecture`` with, judged by the one judge of the class the runner holds
+    (``architecture_verdicts.judge``, which ``status --architectures`` shows), then given the files on its path and
+    the gate; a checkpoint's model type where the release does not register its architecture.  Given by name, it is
+    judged by every model type its checkpoints name (``discovery.model_types``), never one guessed."""
+    release = plan.release
+    entry = release.registry.get(architecture)
     module = entry[0] if entry else None
-    if plan.release.unknown is not None:
-        return TargetModel(architecture, module, None, (), unknown=plan.release.no_eagle3)
-    variants = plan.discovery.per_platform.get(architecture)
-    if variants is not None and entry is not None:
-        return _per_platform(plan, architecture, entry, variants, config)
-    found = plan.discovery.wrappers.get(architecture)
-    if entry is not None and found is not None:
-        return _through_a_wrapper(plan, architecture, entry, found, config)
-    family = _family_of(module)
-    if family is None:
-        family = plan.discovery.architectures.get(architecture)  # found by rule in the registry
+    if release.unknown is not None:
+        return TargetModel(architecture, module, None, (), unknown=release.no_eagle3)
     checkpoint_type = str(config.text.get("model_type", "")) if config else None
 
     def gate(named: tuple[str, ...]) -> GateVerdict:
         return gate_verdict(plan, (checkpoint_type,) if checkpoint_type is not None else named)
 
-    named = model_types(architecture, entry[0]) if entry else ()
-    if family is None and entry is not None:
-        chain = ChainReader(plan.release.read).registered(*entry)
-        if chain is not None and chain.declares_eagle3:
-            return TargetModel(architecture, module, None, (), gate(named), True, config is not None)
-    refusal = plan.discovery.unrecognised.get(architecture) if architecture in plan.release.multimodal_models else None
-    if family is None and refusal is not None:
-        return TargetModel(architecture, module, None, (), refusal=refusal)
-    if family is None and config is not None:
-        family = _family_of_type(str(config.text.get("model_type", "")))
-        module = PurePosixPath(family.path).stem if family else module
-    if family is None:
-        return TargetModel(architecture, module, None, ())
+    if entry is None:  # not registered: a checkpoint's model type may still name a family (older multimodal classes)
+        family = _family_of_type(checkpoint_type) if checkpoint_type else None
+        module = PurePosixPath(family.path).stem if family else None
+        return (
+            _through_a_family(plan, architecture, module, family, gate(family.model_types), config)
+            if family
+            else TargetModel(architecture, None, None, ())
+        )
+    files = {file.path: file for file in plan.files}
+    chain = ChainReader(release.read).registered(*entry)
+    runner = judge(architecture, *entry, chain, files, plan.discovery).runner
+    named = _gate_types(plan, architecture, entry)
+    if isinstance(runner, PerPlatform) and all(v.state is not None for v in runner.deciding):
+        return _per_platform(plan, architecture, entry, plan.discovery.per_platform[architecture], config)
+    if isinstance(runner, WrapperFile):
+        return _through_a_wrapper(plan, architecture, entry, plan.discovery.wrappers[architecture], config)
+    if isinstance(runner, Implements):
+        return TargetModel(architecture, module, None, (), gate(named), True, config is not None)
+    if isinstance(runner, FamilyFile):
+        family = _family_named(plan, architecture, runner.family)
+        return _through_a_family(plan, architecture, module, family, gate(named or family.model_types), config)
+    return TargetModel(architecture, module, None, (), runner=runner)
+
+
+def _gate_types(plan: Plan, architecture: str, entry: tuple[str, str]) -> tuple[str, ...]:
+    """The model types the gate sees for the architecture's checkpoints, as ``status --architectures`` judges them
+    (a multimodal class by its language model's); by its own name's where each checkpoint decides (LLaVA's)."""
+    release = plan.release
+    kind = "multimodal" if architecture in release.multimodal_models else "text"
+    chain = ChainReader(release.read).registered(*entry)
+    return gate_types(architecture, entry[0], chain, release.registry, kind) or model_types(architecture, entry[0])
+
+
+def _through_a_family(
+    plan: Plan,
+    architecture: str,
+    module: Optional[str],
+    family: Family,
+    gate: GateVerdict,
+    config: Optional[ModelConfig],
+) -> TargetModel:
+    """A class holding a family's causal LM: the family's file (and the one whose ``forward`` its model runs)."""
     paths = {family.path}
     if family.forward_from is not None:
         paths.add(family.forward_from.path)  # its model runs that family's forward
     files = tuple(f for f in plan.files if f.path in paths)
-    types = named or family.model_types
-    return TargetModel(architecture, module, family, files, gate(types), False, config is not None)
+    return TargetModel(architecture, module, family, files, gate, False, config is not None)
+
+
+def _family_named(plan: Plan, architecture: str, name: str) -> Family:
+    """The family ``judge`` found on the class's chain: the catalog's, or the one discovery found for it."""
+    found = plan.discovery.architectures.get(architecture)
+    return next(family for family in (*FAMILIES, *([found] if found else [])) if family.name == name)
 
 
 def _per_platform(
@@ -241,16 +271,13 @@ def _per_platform(
     cannot tell), native, patched by its family, or handing EAGLE-3 on to its language model."""
     module = entry[0]
     deciding = [v for v in variants if v.cuda] or list(variants)
-    refused = next((v for v in deciding if v.refusal is not None), None)
-    if refused is not None:
-        return TargetModel(architecture, module, None, (), refusal=f"{refused.path}: {refused.refusal}")
     wrapped = [plan.discovery.wrappers[v.wrapper] for v in deciding if v.wrapper in plan.discovery.wrappers]
     if wrapped and len(deciding) == 1:
         return _through_a_wrapper(plan, architecture, entry, wrapped[0], config)
     if wrapped:
         return TargetModel(architecture, module, None, (), refusal="classes of several platforms hand EAGLE-3 on")
     checkpoint_type = str(config.text.get("model_type", "")) if config else None
-    types = (checkpoint_type,) if checkpoint_type is not None else model_types(architecture, module)
+    types = (checkpoint_type,) if checkpoint_type is not None else _gate_types(plan, architecture, entry)
     gate = gate_verdict(plan, types)
     families = [plan.discovery.family_of(v.family, FAMILIES) for v in deciding if v.family is not None]
     if not families:  # every deciding class is native
@@ -270,7 +297,7 @@ def _through_a_wrapper(
     if found.family is not None:
         paths.add(found.family.path)
     files = tuple(f for f in plan.files if f.path in paths)
-    types = (str(config.text.get("model_type", "")),) if config else model_types(architecture, entry[0])
+    types = (str(config.text.get("model_type", "")),) if config else _gate_types(plan, architecture, entry)
     inner = None
     named = config.text.get("architectures") if config is not None else None
     if found.chosen_by_checkpoint and isinstance(named, list) and named:
@@ -290,12 +317,6 @@ def _proposer_reading_generically(plan: Plan, architecture: str) -> tuple[str, .
 
 def _family_of_type(model_type: str) -> Optional[Family]:
     return next((family for family in FAMILIES if model_type in family.model_types), None)
-
-
-def _family_of(module: Optional[str]) -> Optional[Family]:
-    """The family whose model file is ``module``."""
-    path = module_path(module) if module is not None else None
-    return next((family for family in FAMILIES if family.path == path), None)
 
 
 def module_path(module: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from .loop_shapes import may_be_a_decoder_loop
 from .modules import path_of, registry_module
@@ -22,6 +22,11 @@ from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
 """Runs jobs, given their weights, and returns their results in order (``codemod/two_processes.py``)."""
+
+
+def _run_here(jobs: Sequence[Callable[[], Optional[_Module]]], weights: Sequence[float]) -> list[Optional[_Module]]:
+    """A :data:`RunAll` running every job in this process, in order."""
+    return [job() for job in jobs]
 
 
 @dataclass(frozen=True)
@@ -157,9 +162,7 @@ class ChainReader:
         imported = parsed.imports.get(name)
         return self._class(*imported, hops - 1) if imported is not None and hops > 0 else None
 
-    def read_ahead(
-        self, modules: Iterable[str], run_all: RunAll = lambda jobs, weights: [job() for job in jobs]
-    ) -> None:
+    def read_ahead(self, modules: Iterable[str], run_all: RunAll = _run_here) -> None:
         """Parse ``modules`` now, the jobs run by ``run_all`` (discovery's runs them on two processes):
         finding the families reads every registered model file.  The files are read here, through the
         reader, so that a reader recording what was read sees them all."""
@@ -226,9 +229,9 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
     lines = source.splitlines()
     collecting = _mentions_collecting(source)
 
-    def upstream(node: ast.AST) -> bool:
+    def upstream(node: Union[ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef]) -> bool:
         """Not added by this tool: the chain is judged as vLLM wrote it, patched or not."""
-        first, body = node.lineno - 1, node.body[0].lineno - 1  # type: ignore[attr-defined]
+        first, body = node.lineno - 1, node.body[0].lineno - 1
         return not any(MARKER in line for line in lines[first : max(body, first + 1)])
 
     classes = {
@@ -304,7 +307,7 @@ def _dotted(node: ast.expr) -> str:
     return ""
 
 
-def _method(node: ast.ClassDef, name: str) -> ast.AST:
+def _method(node: ast.ClassDef, name: str) -> Union[ast.FunctionDef, ast.AsyncFunctionDef]:
     return next(s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == name)
 
 
@@ -412,18 +415,22 @@ def _aliases_of_self_attributes(forward: ast.FunctionDef) -> dict[str, str]:
     """Local names every assignment of which binds ``self.X`` or an attribute of the name itself, by ``X``."""
     assigned: dict[str, set[Optional[str]]] = {}
     for statement in _statements(forward):
-        targets = statement.targets if isinstance(statement, ast.Assign) else ()
-        for target in targets:
+        if not isinstance(statement, ast.Assign):
+            continue
+        value = statement.value
+        for target in statement.targets:
             if isinstance(target, ast.Name):
-                value = statement.value  # type: ignore[union-attr]
-                descends = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)
                 if isinstance(value, ast.Attribute) and _is_self(value.value):
                     assigned.setdefault(target.id, set()).add(value.attr)
-                elif descends and value.value.id == target.id:  # type: ignore[union-attr]
+                elif (
+                    isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id == target.id
+                ):
                     assigned.setdefault(target.id, set())
                 else:
                     assigned.setdefault(target.id, set()).add(None)
-    return {name: next(iter(xs)) for name, xs in assigned.items() if len(xs) == 1 and None not in xs}
+    return {name: x for name, xs in assigned.items() if len(xs) == 1 for x in xs if x is not None}
 
 
 def _self_attribute_called(node: Optional[ast.expr], aliases: dict[str, str]) -> Optional[str]:
@@ -453,7 +460,8 @@ def _registered_in_init(node: ast.ClassDef) -> tuple[tuple[str, tuple[str, ...]]
         if isinstance(call.func, ast.Name) and call.func.id == REGISTERED_MODEL:
             named = next((k.value for k in call.keywords if k.arg == "architectures"), None)
             elements = named.elts if isinstance(named, (ast.List, ast.Tuple)) else []
-            found.append((attribute, tuple(e.value for e in elements if isinstance(e, ast.Constant))))
+            names = [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            found.append((attribute, tuple(names)))
     return tuple(found)
 
 

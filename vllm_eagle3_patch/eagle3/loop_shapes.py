@@ -16,7 +16,10 @@ from __future__ import annotations
 import ast
 import functools
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard  # typing's from Python 3.10; only read by the type checker
 
 Statement = TypeVar("Statement")
 
@@ -112,7 +115,7 @@ class LoopMatch:
         return self.pipelined or self.global_id is not None or not staged()
 
 
-def may_be_a_decoder_loop(statement: ast.stmt) -> bool:
+def may_be_a_decoder_loop(statement: ast.stmt) -> TypeGuard[ast.For]:
     """Whether a top-level statement of ``forward`` stands where a decoder loop does: a ``for``.  Which class
     of a model file is the decoder is decided by this alone (``class_chain.py``): whether its loop has one
     of the shapes is then the codemod's to say, with its reason."""
@@ -125,9 +128,9 @@ def loop_shape(statement: ast.stmt) -> Optional[LoopMatch]:
         return None
     for shape in SHAPES:
         for header in shape.headers:
-            bound = _matched(_pattern(header).target, statement.target, {})
+            bound = _matched(_header_pattern(header).target, statement.target, {})
             if bound is not None:
-                bound = _matched(_pattern(header).iter, _keyword_start(statement.iter), bound)
+                bound = _matched(_header_pattern(header).iter, _keyword_start(statement.iter), bound)
             if bound is not None and shape.binds:
                 bound = _sole_binding(shape.binds, statement.body, bound)
             if bound is not None:
@@ -153,16 +156,24 @@ def _sole_binding(binds: tuple[str, ...], body: list[ast.stmt], bound: dict[str,
 
 def _binding(binds: tuple[str, ...], statement: ast.stmt, bound: dict[str, str]) -> Optional[dict[str, str]]:
     for bind in binds:
-        matched = _matched(_pattern(bind, statement=True), statement, bound)
+        matched = _matched(_line_pattern(bind), statement, bound)
         if matched is not None:
             return matched
     return None
 
 
 @functools.cache
-def _pattern(code: str, statement: bool = False) -> ast.For:
-    """A shape's header (``for X in Y``) or body line, as a tree."""
-    return ast.parse(code if statement else f"{code}:\n    pass").body[0]  # type: ignore[return-value]
+def _header_pattern(code: str) -> ast.For:
+    """A shape's header (``for X in Y``), as a tree."""
+    header = ast.parse(f"{code}:\n    pass").body[0]
+    assert isinstance(header, ast.For), code
+    return header
+
+
+@functools.cache
+def _line_pattern(code: str) -> ast.stmt:
+    """A shape's body line, as a tree."""
+    return ast.parse(code).body[0]
 
 
 def _keyword_start(iterable: ast.expr) -> ast.expr:
@@ -194,9 +205,10 @@ def _matched(pattern: object, node: object, bound: dict[str, str]) -> Optional[d
         if not isinstance(node, list) or len(pattern) != len(node):
             return None
         for item, other in zip(pattern, node):
-            bound = _matched(item, other, bound)  # type: ignore[assignment]
-            if bound is None:
+            matched = _matched(item, other, bound)
+            if matched is None:
                 return None
+            bound = matched
         return bound
     if not isinstance(pattern, ast.AST):
         return bound if pattern == node else None
@@ -204,9 +216,10 @@ def _matched(pattern: object, node: object, bound: dict[str, str]) -> Optional[d
         return None
     for field, value in ast.iter_fields(pattern):
         if field not in _IGNORED:
-            bound = _matched(value, getattr(node, field, None), bound)  # type: ignore[assignment]
-            if bound is None:
+            matched = _matched(value, getattr(node, field, None), bound)
+            if matched is None:
                 return None
+            bound = matched
     return bound
 
 

@@ -43,7 +43,8 @@ class NativeDefault:
         if not isinstance(self.expression, (ast.Tuple, ast.List)):
             return None
         values = [_evaluate(e, num_layers, self.layer_counts) for e in self.expression.elts]
-        return None if any(v is None for v in values) else tuple(values)  # type: ignore[arg-type]
+        ids = [v for v in values if v is not None]
+        return tuple(ids) if len(ids) == len(values) else None
 
 
 def native_default(chain: Chain, read: ReadFile, getters: tuple[str, ...] = GETTERS) -> Optional[NativeDefault]:

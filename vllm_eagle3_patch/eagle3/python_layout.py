@@ -82,7 +82,9 @@ def source_lines(source: str) -> list[str]:
 
 def class_tree(lines: list[str], span: ClassSpan) -> ast.ClassDef:
     """The standard library's tree of one module-level class, parsed alone: a file's other classes unread."""
-    return python_tree("".join(lines[span.first - 1 : span.last])).body[0]  # type: ignore[return-value]
+    cls = python_tree("".join(lines[span.first - 1 : span.last])).body[0]
+    assert isinstance(cls, ast.ClassDef), span.name
+    return cls
 
 
 def layout_of(tree: ast.Module) -> Layout:
@@ -91,9 +93,9 @@ def layout_of(tree: ast.Module) -> Layout:
         if isinstance(node, ast.ClassDef):
             body = tuple(_span(node.name, i, child) for i, child in enumerate(node.body))
             first = min((d.lineno for d in node.decorator_list), default=node.lineno)
-            spans.append(ClassSpan(node.name, first, node.end_lineno or node.lineno, body))  # type: ignore[arg-type]
+            spans.append(ClassSpan(node.name, first, node.end_lineno or node.lineno, body))
         else:
-            spans.append(_span(None, index, node))  # type: ignore[arg-type]
+            spans.append(_span(None, index, node))
     return tuple(spans)
 
 

@@ -98,7 +98,7 @@ class Tree:
         (its path and the text itself), since a view may read other bytes for the same path."""
         if key not in self._derived:
             self._derived[key] = compute()
-        return self._derived[key]  # type: ignore[no-any-return]
+        return self._derived[key]
 
     def search(self, literal: str) -> tuple[str, ...]:
         """The files whose text holds ``literal``, in path order."""

@@ -68,7 +68,7 @@ def stage_all(writes: Sequence[tuple[Path, bytes, Optional[Path]]]) -> list[Stag
 
     with ThreadPoolExecutor(min(STAGING_THREADS, len(writes))) as threads:
         futures = [threads.submit(_staged, *write) for write in writes]
-    failed = [future.exception() for future in futures if future.exception() is not None]
+    failed = [error for error in (future.exception() for future in futures) if error is not None]
     if failed:
         for future in futures:
             if future.exception() is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 SCHEMA = 1
 UNKNOWN = "apply or revert"
@@ -63,7 +63,7 @@ class Interruption:
     temporaries: tuple[Path, ...] = ()
     """Temporary files the killed run left beside vLLM's (the next apply or revert removes them)."""
 
-    def reason(self, command) -> str:  # type: ignore[no-untyped-def]
+    def reason(self, command: Callable[[str], str]) -> str:
         """For the state's reason; ``command(word)`` is this tool's command line for the same install."""
         name, total = self.journal.command, len(self.journal.files)
         progress = f"{self.written} of {total} file(s) written" if total else "its progress cannot be read"

@@ -85,12 +85,14 @@ def originals_line(plan: Plan) -> str:
     install = plan.install
     if install.record is None:
         return "originals: cannot be checked (no RECORD beside the package: an editable or source install?)"
-    unchecked = [f.path for f in plan.files if f.installed is not None and f.installed.check is RecordCheck.UNCHECKED]
+    unchecked = [
+        (f.path, f.installed)
+        for f in plan.files
+        if f.installed is not None and f.installed.check is RecordCheck.UNCHECKED
+    ]
     line = f"originals: checked against {install.record.path}"
     if unchecked:
-        line += (
-            f" (not {', '.join(unchecked)}: {next(f.installed.detail for f in plan.files if f.path == unchecked[0])})"
-        )
+        line += f" (not {', '.join(path for path, _ in unchecked)}: {unchecked[0][1].detail})"
     return line
 
 

@@ -134,6 +134,8 @@ def _target_verdict(model: TargetModel) -> str:
         return _wrapper_verdict(model, where)
     if model.refusal is not None:
         return f"{model.architecture}{where}: not a target ({model.refusal})"
+    if model.runner is not None:
+        return f"{model.architecture}{where}: not a target ({runner_reason(model.runner)})"
     if model.family is None:
         return f"{model.architecture}{where}: not a model family this tool patches"
     if model.ready:

@@ -115,7 +115,9 @@ def _none_accepted(run: dict[str, Any]) -> str:
 
 def _same_states(run: dict[str, Any], reference: dict[str, Any]) -> str:
     states = reference["sets"]["default"]["states"]
-    expected = [sum(states[i][pos], []) for i, prompt in enumerate(reference["prompts"]) for pos in range(len(prompt))]
+    expected: list[list[float]] = [
+        sum(states[i][pos], []) for i, prompt in enumerate(reference["prompts"]) for pos in range(len(prompt))
+    ]
     received = run.get("drafter_input") or []
     assert len(received) == len(expected), (
         f"the drafter's first call had {len(received)} positions, expected {len(expected)}"
@@ -147,8 +149,8 @@ def _in_target(plan: Plan, python: str, arguments: list[str]) -> dict[str, Any]:
 
 
 def _summaries(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    keep = ("ok", "error", "tokens", "drafts", "draft_tokens", "accepted_tokens", "counts_from", "cpu_shim", "vllm")
-    keep += ("compilation",)
+    keep: tuple[str, ...] = ("ok", "error", "tokens", "drafts", "draft_tokens", "accepted_tokens", "counts_from")
+    keep += ("cpu_shim", "vllm", "compilation")
     return {name: {k: run.get(k) for k in keep} for name, run in runs.items()}
 
 

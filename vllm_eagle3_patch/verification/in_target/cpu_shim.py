@@ -109,11 +109,11 @@ def _stub_cuda_streams() -> None:
         def query(self) -> bool:
             return True
 
-    torch.cuda.Stream = _Stream  # type: ignore[misc, assignment]
-    torch.cuda.Event = _Event  # type: ignore[misc, assignment]
-    torch.Event = _Event  # type: ignore[misc, assignment]
-    torch.cuda.current_stream = lambda *args, **kwargs: _Stream()  # type: ignore[assignment]
-    torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment]
+    torch.cuda.Stream = _Stream
+    torch.cuda.Event = _Event
+    torch.Event = _Event
+    torch.cuda.current_stream = lambda *args, **kwargs: _Stream()
+    torch.cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
 
 
 def _cpu_platform_without_vllm_metadata() -> None:
@@ -193,7 +193,7 @@ class _GreedyRejection:
 
 
 def _torch_greedy_rejection_sampler() -> None:
-    sampler = importlib.import_module("vllm.v1.sample.rejection_sampler")
+    sampler: Any = importlib.import_module("vllm.v1.sample.rejection_sampler")  # its kernel is replaced
     sampler.rejection_greedy_sample_kernel = _GreedyRejection()
 
 

@@ -24,10 +24,13 @@ import textwrap
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard  # typing's from Python 3.10; only read by the type checker
 
 NUM_LAYERS = 6
 HIDDEN_SIZE = 4
@@ -134,7 +137,7 @@ class Loop:
     """Attributes called after the loop whose names say norm (``norm``, ``ln_f``, ``final_layernorm``)."""
 
 
-def read_loop(cls: type) -> Loop:
+def read_loop(cls: type[nn.Module]) -> Loop:
     """The loop calling a layer: the loop's own variable (``for layer in ...``), or a name its body binds to
     one of the layers (``layer = self.layers[i]``)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
@@ -149,7 +152,7 @@ def read_loop(cls: type) -> Loop:
             and _is_self_attribute(node.value.value)
         }
         calls = [
-            node
+            (node, node.value.func.id)
             for node in ast.walk(loop)
             if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call)
@@ -158,22 +161,23 @@ def read_loop(cls: type) -> Loop:
         ]
         if not calls:
             continue
-        callee = calls[0].value.func.id  # type: ignore[attr-defined]
+        call, callee = calls[0]
         stage = ("start_layer", "end_layer")
         layers = bound.get(callee) or next(
             n.attr for n in ast.walk(loop.iter) if _is_self_attribute(n) and n.attr not in stage
         )
-        after = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n, "lineno", 0) > loop.end_lineno]
+        end = loop.end_lineno or loop.lineno  # always set by the parser
+        after = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n, "lineno", 0) > end]
         norms = {
             n.func.attr
             for n in after
             if _is_self_attribute(n.func) and ("norm" in n.func.attr.lower() or n.func.attr.startswith("ln"))
         }
-        return Loop(layers, isinstance(calls[0].targets[0], ast.Tuple), tuple(sorted(norms)))
+        return Loop(layers, isinstance(call.targets[0], ast.Tuple), tuple(sorted(norms)))
     raise AssertionError(f"{cls.__name__}.forward has no loop calling its layers")
 
 
-def _is_self_attribute(node: ast.AST) -> bool:
+def _is_self_attribute(node: ast.AST) -> TypeGuard[ast.Attribute]:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
@@ -216,7 +220,7 @@ def run_decoder(
     return Captured(list(output[1]), entering, log["out", NUM_LAYERS - 1])
 
 
-def _bare(cls: type) -> nn.Module:
+def _bare(cls: type[nn.Module]) -> nn.Module:
     """An instance without ``__init__``, whose missing attributes answer :class:`Neutral`."""
 
     def missing(self: nn.Module, name: str) -> Any:
@@ -227,12 +231,12 @@ def _bare(cls: type) -> nn.Module:
                 raise
             return Neutral()
 
-    instance = object.__new__(type(cls.__name__, (cls,), {"__getattr__": missing}))
+    instance: nn.Module = object.__new__(type(cls.__name__, (cls,), {"__getattr__": missing}))
     nn.Module.__init__(instance)
     return instance
 
 
-def _arguments(cls: type, embeds: torch.Tensor) -> dict[str, Any]:
+def _arguments(cls: type[nn.Module], embeds: torch.Tensor) -> dict[str, Any]:
     """``forward``'s arguments by name: the embeddings where it takes them (``inputs_embeds``, or the hidden
     states of a nested decoder), positions, and None for the rest it requires."""
     arguments: dict[str, Any] = {}

@@ -41,7 +41,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         except Exception as error:  # noqa: BLE001 - another family's import must not hide the rest
             why = f"{type(error).__name__}: {error}"
             reason = f"not checked: {family['module']} cannot be imported in this interpreter ({why})"
-            checks.append((f"{family['model']} (not importable here)", lambda reason=reason: reason))
+            not_checked = lambda reason=reason: reason  # bound first: mypy cannot type it inside the tuple
+            checks.append((f"{family['model']} (not importable here)", not_checked))
             continue
         checks += family_checks(family, module, expected_ids, getter)
     return {"importable": True, "error": None, "checks": [run(name, check) for name, check in checks]}
@@ -68,11 +69,11 @@ def family_checks(
         states,
         (f"{model}.forward unchanged with no ids", lambda: check_unchanged(module, model)),
     ]
-    checks += [
+    wrappers = [
         (f"{w['cls']} supports EAGLE-3 and delegates", lambda w=w: check_wrapper(w, getter, expected_ids))
         for w in family.get("wrappers", ())
     ]
-    return checks
+    return checks + wrappers
 
 
 def check_stream(module: str, model: str) -> str:
@@ -125,7 +126,7 @@ def bare(cls: type) -> Any:
     """An instance without running ``__init__`` (which needs a GPU and a config)."""
     from torch import nn
 
-    instance = object.__new__(cls)
+    instance: Any = object.__new__(cls)
     nn.Module.__init__(instance)
     return instance
 
@@ -193,12 +194,13 @@ def stand_in_norm(hidden_states: Any, residual: Any = None) -> Any:
 def single_stage(module: types.ModuleType) -> Iterator[None]:
     """One pipeline stage holding every layer: first and last rank at once."""
     group = types.SimpleNamespace(is_first_rank=True, is_last_rank=True, world_size=1, rank_in_group=0)
-    saved = module.get_pp_group
-    module.get_pp_group = lambda: group
+    patched: Any = module  # a vLLM module: its get_pp_group is set, which ModuleType does not declare
+    saved = patched.get_pp_group
+    patched.get_pp_group = lambda: group
     try:
         yield
     finally:
-        module.get_pp_group = saved
+        patched.get_pp_group = saved
 
 
 def run_forward(module: types.ModuleType, model_class: str, ids: tuple[int, ...]) -> tuple[Any, list[Any]]:

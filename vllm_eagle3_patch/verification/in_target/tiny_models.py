@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 VOCAB = 96
 HIDDEN = 64
@@ -590,7 +590,7 @@ def save_drafter(
 
 
 def build_all(
-    directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int = LAYERS, family: str = "deepseek_v3"
+    directory: Path, layer_id_sets: Mapping[str, Sequence[int]], num_layers: int = LAYERS, family: str = "deepseek_v3"
 ) -> dict[str, Any]:
     """The target and its drafters (``build_drafters``)."""
     model = build_target(directory / "target", num_layers, family=family)
@@ -623,7 +623,7 @@ def usable_reference(
 def build_drafters(
     directory: Path,
     model: Any,
-    layer_id_sets: dict[str, Sequence[int]],
+    layer_id_sets: Mapping[str, Sequence[int]],
     inputs: Sequence[Served] | None = None,
     forbidden: Sequence[int] = (),
 ) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import tiny_models
 
@@ -411,7 +411,7 @@ def suitable_image(wrapper: str, model: Any, processor: Any, layer_ids: Sequence
 
 
 def build_all(
-    directory: Path, layer_id_sets: dict[str, Sequence[int]], num_layers: int, wrapper: str
+    directory: Path, layer_id_sets: Mapping[str, Sequence[int]], num_layers: int, wrapper: str
 ) -> dict[str, Any]:
     """The wrapped target, its drafters for each id set (``tiny_models.build_drafters``) and the reference."""
     model, processor = build_target(directory / "target", wrapper, num_layers)

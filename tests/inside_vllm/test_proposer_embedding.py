@@ -2,7 +2,7 @@
 ``get_language_model().model.embed_tokens`` (or ``.embedding``): a multimodal class the tool makes a target must
 give it one, and a class the tool refuses for want of one would make the release's own ``load_model`` fail.
 
-Spec (0.15.0 and later, where ``test_eagle_proposer.load_drafter`` runs the real ``load_model``):
+Spec (0.15.0 and later, where ``proposer_stand_ins.load_drafter`` runs the real ``load_model``):
 
 j. Every multimodal class found by rule whose file the tool patches hands the proposer, through the release's own
    ``get_language_model``, a language model whose ``model.embed_tokens`` the drafter then shares.
@@ -27,7 +27,7 @@ import types
 
 import pytest
 import tool_families
-from test_eagle_proposer import KIMI_K25, kimi_k25_target, load_drafter, other_target_config
+from proposer_stand_ins import KIMI_K25, kimi_k25_target, load_drafter, other_target_config
 from torch import nn
 
 TOOL = tool_families.load()

@@ -493,5 +493,8 @@ def test_doctor_target_alone_says_what_extract_hidden_states_saves(release, chec
     layers = finding(report, "layers")
     assert completed.returncode == 1 and layers["verdict"] == "problem", report  # Qwen3's decoder: vLLM's own
     assert "not layer 0" in layers["detail"] and "36 = the stream leaving the last layer" in layers["detail"]
-    assert run_cli(*base, "--layers", "1,18,36").returncode == 0
+    assert run_cli(*base, "--layers", "1,18,35").returncode == 0
+    completed = run_cli(*base, "--layers", "1,18,36", "--json")  # Qwen3's decoder never reaches its last layer's output
+    layers = finding(json.loads(completed.stdout), "layers")
+    assert completed.returncode == 1 and "but not layer 36: vLLM's decoder captures each id before" in layers["detail"]
     assert run_cli("doctor", "--layers", "1,2").returncode == 2  # neither a drafter nor a target

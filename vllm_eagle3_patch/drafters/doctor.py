@@ -164,15 +164,22 @@ def saved_finding(context: Context, captured: Optional[tuple[int, ...]], source:
     if n is not None and any(i > n for i in captured):
         facts = LayersFacts(LayersFound.BEYOND_THE_TARGET, source, captured, layers=n)
         return Finding(check, Assessment.PROBLEM, facts)
-    trap = _first_layer_trap(context, captured)
-    facts = LayersFacts(LayersFound.SAVED, source, captured, layers=n, trap=trap)
-    return Finding(check, Assessment.PROBLEM if trap else Assessment.OK, facts, Remedy.NOT_LAYER_ZERO if trap else None)
+    trap, unreached = _first_layer_trap(context, captured), _last_layer_unreached(context, captured)
+    facts = LayersFacts(LayersFound.SAVED, source, captured, layers=n, trap=trap or unreached, last_layer=not trap)
+    fix = Remedy.NOT_LAYER_ZERO if trap else Remedy.NOT_LAYER_N if unreached else None
+    return Finding(check, Assessment.PROBLEM if fix else Assessment.OK, facts, fix)
 
 
 def _first_layer_trap(context: Context, captured: tuple[int, ...]) -> Optional[str]:
     """Where the target's decoder, vLLM's own, fails at id 0, if ``captured`` asks for it."""
     model = context.model
     return model.first_layer_trap if model is not None and 0 in captured else None
+
+
+def _last_layer_unreached(context: Context, captured: tuple[int, ...]) -> Optional[str]:
+    """Where the target's decoder, vLLM's own, never reaches id n, if ``captured`` asks for it."""
+    model, n = context.model, context.num_layers
+    return model.last_layer_unreached if model is not None and n is not None and n in captured else None
 
 
 # --------------------------------------------------------------------------- the release
@@ -461,6 +468,10 @@ def layers_finding(
     if trap is not None:
         facts = LayersFacts(LayersFound.FIRST_LAYER, source, captured, expected or (), layers=n, trap=trap)
         return Finding(check, Assessment.PROBLEM, facts, Remedy.NOT_LAYER_ZERO)
+    unreached = _last_layer_unreached(context, captured)
+    if unreached is not None:
+        facts = LayersFacts(LayersFound.LAST_LAYER, source, captured, expected or (), layers=n, trap=unreached)
+        return Finding(check, Assessment.PROBLEM, facts, Remedy.NOT_LAYER_N)
     if n is not None and any(i > n for i in captured):
         facts = LayersFacts(LayersFound.BEYOND_THE_TARGET, source, captured, layers=n)
         return Finding(check, Assessment.PROBLEM, facts, fix)

@@ -236,6 +236,8 @@ class LayersFound(enum.Enum):
     SAME_LAYERS = "same layers"
     FIRST_LAYER = "first layer"
     """Id 0, which the target's decoder (vLLM's own) cannot capture (``LayersFacts.trap``)."""
+    LAST_LAYER = "last layer"
+    """Id n, which the target's decoder (vLLM's own) never reaches (``LayersFacts.trap``)."""
     SAVED = "saved"
     """``extract_hidden_states``: the layers it will save (no drafter to compare with)."""
 
@@ -254,7 +256,10 @@ class LayersFacts:
     candidates: tuple[tuple[Convention, tuple[int, ...]], ...] = ()
     """``LayersFound.UNDECIDED_CONVENTION``: the vLLM ids the drafter's ids name in each convention."""
     trap: Optional[str] = None
-    """``LayersFound.FIRST_LAYER`` (and a warning with ``SAVED``): ``path:line`` of the capture that fails at id 0."""
+    """``LayersFound.FIRST_LAYER`` or ``LAST_LAYER`` (and a warning with ``SAVED``): ``path:line`` of the capture that
+    fails at id 0, or never reaches id n."""
+    last_layer: bool = False
+    """``SAVED``: ``trap`` is where id n is never reached (else where id 0 fails)."""
 
 
 class Carrying(enum.Enum):
@@ -312,6 +317,7 @@ class Remedy(enum.Enum):
     NEWER_VLLM_FOR_METHOD = "newer vLLM for method"
     """A vLLM that has the drafter's method (``ArchitectureFacts.method``)."""
     NOT_LAYER_ZERO = "not layer zero"
+    NOT_LAYER_N = "not layer n"
     """Ids without 0: vLLM's own decoder cannot capture it."""
 
 

@@ -21,7 +21,7 @@ from ..discovery import PlatformVariant, model_types
 from ..eagle3.class_chain import ChainReader
 from ..eagle3.methods import MethodSupport
 from ..eagle3.modules import path_of, registry_module
-from ..eagle3.native_ids import first_layer_trap
+from ..eagle3.native_ids import first_layer_trap, last_layer_unreached
 from ..eagle3.release import PROPOSER_FILES, Release
 from ..errors import ToolError
 from ..patches.eagle_proposer import names_target
@@ -62,6 +62,8 @@ class TargetModel:
 
     first_layer_trap: Optional[str] = None
     """``path:line`` of vLLM's own decoder capture that fails at aux id 0 (``native_ids.first_layer_trap``)."""
+    last_layer_unreached: Optional[str] = None
+    """``path:line`` of vLLM's own decoder capture that never reaches id n (``native_ids.last_layer_unreached``)."""
     methods: tuple[MethodSupport, ...] = ()
     """The release's hidden-state methods (``Release.methods``): a class that implements the interface serves each
     one the gate lets through."""
@@ -184,10 +186,13 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     decoder, vLLM's own, cannot capture id 0."""
     release = plan.release
     entry = release.registry.get(architecture)
-    trap = None
+    trap = unreached = None
     if entry is not None and release.unknown is None:
-        trap = first_layer_trap(ChainReader(release.read), release.read, *entry, release.registry)
-    return replace(_judged(plan, architecture, config), methods=plan.release.methods, first_layer_trap=trap)
+        reader = ChainReader(release.read)
+        trap = first_layer_trap(reader, release.read, *entry, release.registry)
+        unreached = last_layer_unreached(reader, release.read, *entry, release.registry)
+    judged = _judged(plan, architecture, config)
+    return replace(judged, methods=release.methods, first_layer_trap=trap, last_layer_unreached=unreached)
 
 
 def _judged(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:

@@ -112,6 +112,46 @@ def first_layer_trap(
     0.18.0) capture ``hidden_states + residual`` at the top of the loop, while ``residual`` is still the ``None``
     the first rank starts with: a drafter asking for id 0 makes the engine fail in its first forward.  The decoders
     this tool patches capture id 0 (``patches/decoder_loop.py``); vLLM's own must be warned about."""
+    found = _decoder_forward(reader, read, module, cls, registry)
+    line = _capture_of_none(found[1]) if found is not None else None
+    return f"{found[0]}:{line}" if found is not None and line is not None else None
+
+
+def last_layer_unreached(
+    reader: ChainReader, read: ReadFile, module: str, cls: str, registry: Mapping[str, tuple[str, str]]
+) -> Optional[str]:
+    """Where the decoder a registered class runs captures only at the top of each layer, as ``path:line``: it never
+    captures id n, the stream leaving the last layer (None: it does after its loop, or this tool cannot tell).
+
+    ``llama.py`` on 0.17.1 tests ``idx in self.aux_hidden_state_layers`` before calling layer ``idx`` and nothing
+    after the loop, so a deployment asking for id n (what a trainer that takes its targets from the last layer's
+    states asks ``extract_hidden_states`` for) gets one state fewer and the engine fails at start.  The decoders this
+    tool patches capture id n after their loop (``patches/decoder_loop.py``)."""
+    found = _decoder_forward(reader, read, module, cls, registry)
+    if found is None:
+        return None
+    path, forward = found
+    loop = next((s for s in ast.walk(forward) if isinstance(s, ast.For) and _mentions_aux_layers(s)), None)
+    if loop is None or any(_mentions_aux_layers(s) for s in forward.body if s.lineno > (loop.end_lineno or 0)):
+        return None
+    index = loop.target.elts[0] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target
+    tests = [s for s in loop.body if isinstance(s, ast.If) and _mentions_aux_layers(s.test)]
+    at_the_top = [
+        s
+        for s in tests
+        if isinstance(s.test, ast.Compare)
+        and isinstance(s.test.ops[0], ast.In)
+        and isinstance(s.test.left, ast.Name)
+        and isinstance(index, ast.Name)
+        and s.test.left.id == index.id
+    ]
+    return f"{path}:{at_the_top[0].lineno}" if at_the_top and len(at_the_top) == len(tests) else None
+
+
+def _decoder_forward(
+    reader: ChainReader, read: ReadFile, module: str, cls: str, registry: Mapping[str, tuple[str, str]]
+) -> Optional[tuple[str, ast.FunctionDef]]:
+    """The file and the ``forward`` of the decoder that collects aux states for a registered class."""
     decoder = collecting_decoder(reader, module, cls, registry)
     if decoder is None:
         return None
@@ -121,11 +161,9 @@ def first_layer_trap(
     except SyntaxError:
         return None
     klass = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == decoder.name), None)
-    forward = (
-        next((n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None) if klass else None
-    )
-    line = _capture_of_none(forward) if forward is not None else None
-    return f"{path}:{line}" if line is not None else None
+    body = klass.body if klass is not None else []
+    forward = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    return (path, forward) if forward is not None else None
 
 
 def collecting_decoder(

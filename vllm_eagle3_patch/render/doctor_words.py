@@ -39,7 +39,7 @@ from ..eagle3.release import DRAFTER_IDS_FIELD as FIELD
 from ..eagle3.release import REGISTRY, RUNNER, V2_PACKAGE, V2_SWITCH, GpuDefault
 from ..plan import Plan
 from .plan_words import file_reason, plan_reason
-from .words import first_layer_words, target_verdict
+from .words import first_layer_words, last_layer_words, target_verdict
 
 _OTHER_SIZE = {CheckName.HIDDEN_SIZE: "trained for another model", CheckName.VOCABULARY: "another tokenizer"}
 """What a size that differs from the target's means, by check."""
@@ -205,10 +205,14 @@ def layers_detail(facts: LayersFacts, plan: Plan) -> str:
         return f"{will}; the drafter was trained on {list(facts.expected)}"
     if facts.found is LayersFound.FIRST_LAYER and facts.trap:
         return f"{will}, but not layer 0: {first_layer_words(facts.trap)}"
+    if facts.found is LayersFound.LAST_LAYER and facts.trap:
+        return f"{will}, but not layer {n}: {last_layer_words(facts.trap)}"
     if facts.found is LayersFound.SAVED:
         saved = f"extract_hidden_states will save {list(facts.captured)} ({source}): " + "; ".join(
             saved_layer_words(i, facts.layers) for i in facts.captured
         )
+        if facts.trap and facts.last_layer:
+            return saved + f"; but not layer {n}: {last_layer_words(facts.trap)}"
         return saved + (f"; but not layer 0: {first_layer_words(facts.trap)}" if facts.trap else "")
     return f"{will}; the drafter was trained on the same"
 
@@ -297,6 +301,10 @@ def fix_text(fix: Fix, diagnosis: Diagnosis) -> str:
         Remedy.NOT_LAYER_ZERO: (
             "ask for ids from 1 (a drafter trained on other layers, or other extract_hidden_states ids): "
             "vLLM's own decoder of this target cannot hand over layer 0"
+        ),
+        Remedy.NOT_LAYER_N: (
+            "ask for ids below the layer count (a drafter trained on other layers, or other extract_hidden_states "
+            "ids): vLLM's own decoder of this target never hands over the last layer's output"
         ),
         Remedy.CHOOSE_CONVENTION: (
             f"{command} apply --aux-layers-from {drafter} --ids-convention sglang  (or vllm: as it was trained)"

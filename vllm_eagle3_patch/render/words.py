@@ -152,6 +152,14 @@ def served(model: TargetModel) -> str:
     return "a target on this install for " + (", ".join(model.serves) or "no hidden-state method")
 
 
+def last_layer_words(where: str) -> str:
+    """Why vLLM's own decoder at ``where`` never hands over id n, the stream leaving the last layer."""
+    return (
+        f"vLLM's decoder captures each id before its layer runs and none after its loop ({where}), "
+        "so the engine fails at start"
+    )
+
+
 def first_layer_words(where: str) -> str:
     """Why vLLM's own decoder at ``where`` fails a drafter (or extraction) asking for aux id 0."""
     return f"vLLM's decoder adds the residual, still None at the first layer ({where}), so id 0 fails at engine start"

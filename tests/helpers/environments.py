@@ -90,13 +90,50 @@ def _requirements(path: Path, torch: str = TORCH) -> list[str]:
     return [torch, *(line for line in lines if line)]
 
 
-def python_with_path_entries(home: Path, *entries: Path, pth: str = "vllm-tree.pth") -> Path:
+def python_with_path_entries(home: Path, *entries: Path, pth: str = "vllm-tree.pth", base: Path | None = None) -> Path:
     """A new virtual environment (no pip: fast) whose ``.pth`` file puts ``entries`` on sys.path:
-    how an editable install, or a tree of the corpus, is seen through ``--python``."""
-    venv.create(home, with_pip=False)
+    how an editable install, or a tree of the corpus, is seen through ``--python``.
+
+    ``base``: the interpreter it is made from (default this one), whose Python version ``entries`` were built for.
+    """
+    if base is None:
+        venv.create(home, with_pip=False)
+    else:
+        subprocess.run([base, "-m", "venv", "--without-pip", home], check=True)
     python = home / "bin" / "python"
-    site = subprocess.run(
+    Path(_purelib(python), pth).write_text("".join(f"{entry}\n" for entry in entries))
+    return python
+
+
+def _purelib(python: Path) -> str:
+    """Where ``python`` installs pure-Python packages (its ``site-packages``)."""
+    return subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
     ).stdout.strip()
-    Path(site, pth).write_text("".join(f"{entry}\n" for entry in entries))
-    return python
+
+
+SPECULATORS = ("speculators==0.9.0", "hs-connectors==0.9.0")
+"""vLLM's drafter trainer and the hidden-states transfer its data loader imports, pinned: the versions whose CPU
+shims ``train_eagle3.py`` holds (tests/engine/test_training_engine.py)."""
+
+
+def speculators_python(engine: Path) -> Path:
+    """An interpreter with ``SPECULATORS`` (``--no-deps``) over the engine environment ``engine``, whose torch,
+    transformers and the rest it sees through a ``.pth`` file: installing speculators' own requirements would
+    pull a second torch.  No ``datasets`` (pyarrow is too big): the training run puts a stand-in first on its
+    path.  Cached, rebuilt when the pins or the engine environment change."""
+    engine_site = _purelib(engine)
+    name = "speculators"
+    key = hashlib.sha256("\n".join([*SPECULATORS, engine_site]).encode()).hexdigest()[:12]
+    home = wheel_corpus.cache_dir().parent / "venvs" / f"{name}-{key}"
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (home / ".complete").exists():
+            _remove_stale(home, name)
+            shutil.rmtree(home, ignore_errors=True)
+            python = python_with_path_entries(home, Path(engine_site), pth="engine.pth", base=engine)
+            target = ["--target", _purelib(python)]
+            subprocess.run([engine, "-m", "pip", "install", "--quiet", "--no-deps", *target, *SPECULATORS], check=True)
+            (home / ".complete").touch()
+    return home / "bin" / "python"

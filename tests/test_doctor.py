@@ -192,6 +192,44 @@ def test_a_speculators_format_drafter_is_not_guessed_at(release, checkpoints):
     assert finding(report, "architecture")["verdict"] == "unknown" and report["consistent"] is False
 
 
+SPECULATORS_EAGLE3 = {  # the fields speculators 0.9.0 writes (tests/engine/test_training_engine.py trains one)
+    "architectures": ["Eagle3DraftModel"],
+    "speculators_model_type": "eagle3",
+    "draft_vocab_size": 32000,
+    FIELD: [3, 30, 57],
+    "target_hidden_size": None,
+    "speculators_config": {"algorithm": "eagle3", "proposal_methods": [{"speculative_tokens": 3}]},
+    "transformer_layer_config": {
+        "model_type": "llama",
+        "hidden_size": 7168,
+        "num_hidden_layers": 1,
+        "vocab_size": 129280,
+    },
+}
+
+
+def test_a_speculators_drafter_is_checked_as_the_release_converts_it(release, checkpoints):
+    """vLLM converts the config with its own per-type function (read from the tree, evaluated, never imported):
+    the layer's shape from ``transformer_layer_config``, the class it names, and the ids where it copies them."""
+    package_dir = release("0.17.1")
+    assert run_cli("--vllm-dir", str(package_dir), "apply", "-q").returncode == 0
+    drafter, target = checkpoints(SPECULATORS_EAGLE3)
+    report = doctor(package_dir, drafter, target)
+    assert report["consistent"] is True and report["captured"] == report["expected"] == [3, 30, 57], report
+    assert "Eagle3LlamaForCausalLM" in finding(report, "architecture")["detail"]
+    layer = {**SPECULATORS_EAGLE3["transformer_layer_config"], "hidden_size": 4096}
+    drafter, target = checkpoints({**SPECULATORS_EAGLE3, "transformer_layer_config": layer})
+    assert finding(doctor(package_dir, drafter, target), "hidden size")["verdict"] == "problem"
+    # 0.34.0 picks the class by the layer's model type and raises for one it lacks: not followed, so not checked
+    qwen3 = {**SPECULATORS_EAGLE3, "transformer_layer_config": {**layer, "model_type": "qwen3"}}
+    mistral = {**SPECULATORS_EAGLE3, "transformer_layer_config": {**layer, "model_type": "mistral"}}
+    newest = release("0.34.0")
+    drafter, target = checkpoints(qwen3)
+    assert "Eagle3Qwen3ForCausalLM" in finding(doctor(newest, drafter, target), "architecture")["detail"]
+    drafter, target = checkpoints(mistral)
+    assert finding(doctor(newest, drafter, target), "architecture")["verdict"] == "unknown"
+
+
 def test_wrong_hidden_size_and_vocabulary(release, checkpoints):
     package_dir = release("0.17.1")
     drafter, target = checkpoints(

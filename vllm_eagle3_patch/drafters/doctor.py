@@ -63,6 +63,7 @@ from .drafter_config import (
     read_config,
     tensor_shapes,
 )
+from .speculators_format import as_vllm_loads
 from .target_model import TargetModel, checkpoint_architecture, module_path, target_model_of
 
 
@@ -114,7 +115,7 @@ def diagnose(
     target_config = read_config(target, "target") if target is not None else None
     if drafter is None:
         return diagnose_extraction(plan, target_config, layers)
-    drafter_config = read_config(drafter, "drafter")
+    drafter_config = as_vllm_loads(read_config(drafter, "drafter"), plan.release)
     method = drafter_method(drafter_config.data)
     context = Context(
         plan=plan,

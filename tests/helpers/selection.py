@@ -19,3 +19,9 @@ def release_param(version: str, in_ci: bool):
     wanted = in_ci or chosen == "all" or version in chosen.split(",")
     marks = () if wanted else pytest.mark.skip(reason=f"not selected; {VARIABLE}=all runs it")
     return pytest.param(version, id=version, marks=marks)
+
+
+def whole_matrix_only():
+    """A mark that runs a test only in the whole matrix (``VLLM_EAGLE3_PATCH_RELEASES=all``), with the way to run it."""
+    chosen = os.environ.get(VARIABLE, "")
+    return pytest.mark.skipif(chosen != "all", reason=f"the whole matrix's; {VARIABLE}=all runs it")

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import venv
 from pathlib import Path
+from typing import Callable
 
 from packaging.version import Version
 
@@ -62,19 +63,28 @@ def python_for(version: str) -> Path:
 
 def _build_venv(name: str, requirements: list[str]) -> Path:
     """A virtual environment in the cache, rebuilt only when its requirements change."""
-    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+
+    def build(home: Path) -> None:
+        venv.create(home, with_pip=True)
+        subprocess.run([home / "bin" / "python", "-m", "pip", "install", "--quiet", *requirements], check=True)
+
+    return _cached(name, requirements, build)
+
+
+def _cached(name: str, keyed_by: list[str], build: Callable[[Path], None]) -> Path:
+    """The interpreter of the cached environment ``name`` for ``keyed_by``, built by ``build(home)`` once, under a
+    lock (tests on two processes), the stale ones of that name removed first."""
+    key = hashlib.sha256("\n".join(keyed_by).encode()).hexdigest()[:12]
     home = wheel_corpus.cache_dir().parent / "venvs" / f"{name}-{key}"
-    python = home / "bin" / "python"
     home.parent.mkdir(parents=True, exist_ok=True)
     with open(home.parent / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (home / ".complete").exists():
             _remove_stale(home, name)
             shutil.rmtree(home, ignore_errors=True)
-            venv.create(home, with_pip=True)
-            subprocess.run([python, "-m", "pip", "install", "--quiet", *requirements], check=True)
+            build(home)
             (home / ".complete").touch()
-    return python
+    return home / "bin" / "python"
 
 
 def _remove_stale(home: Path, name: str) -> None:
@@ -123,17 +133,10 @@ def speculators_python(engine: Path) -> Path:
     pull a second torch.  No ``datasets`` (pyarrow is too big): the training run puts a stand-in first on its
     path.  Cached, rebuilt when the pins or the engine environment change."""
     engine_site = _purelib(engine)
-    name = "speculators"
-    key = hashlib.sha256("\n".join([*SPECULATORS, engine_site]).encode()).hexdigest()[:12]
-    home = wheel_corpus.cache_dir().parent / "venvs" / f"{name}-{key}"
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with open(home.parent / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (home / ".complete").exists():
-            _remove_stale(home, name)
-            shutil.rmtree(home, ignore_errors=True)
-            python = python_with_path_entries(home, Path(engine_site), pth="engine.pth", base=engine)
-            target = ["--target", _purelib(python)]
-            subprocess.run([engine, "-m", "pip", "install", "--quiet", "--no-deps", *target, *SPECULATORS], check=True)
-            (home / ".complete").touch()
-    return home / "bin" / "python"
+
+    def build(home: Path) -> None:
+        python = python_with_path_entries(home, Path(engine_site), pth="engine.pth", base=engine)
+        target = ["--target", _purelib(python)]
+        subprocess.run([engine, "-m", "pip", "install", "--quiet", "--no-deps", *target, *SPECULATORS], check=True)
+
+    return _cached("speculators", [*SPECULATORS, engine_site], build)

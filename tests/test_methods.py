@@ -108,6 +108,7 @@ def test_the_first_layer_warning_names_exactly_the_decoders_that_fail_at_id_0(
     registry = Release(package_dir).registry
     decoders: dict[str, dict] = {}
     traps: dict[str, object] = {}
+    last: dict[str, object] = {}
     for architecture in architectures:
         chains = ChainReader(read)
         decoder = collecting_decoder(chains, *registry[architecture], registry)
@@ -115,7 +116,7 @@ def test_the_first_layer_warning_names_exactly_the_decoders_that_fail_at_id_0(
         trap = first_layer_trap(chains, read, *registry[architecture], registry)
         unreached = last_layer_unreached(chains, read, *registry[architecture], registry)
         entry = {"module": f"vllm.{decoder.module}", "model": decoder.name, "trap": trap, "unreached": unreached}
-        decoders[case_id(entry)], traps[architecture] = entry, trap
+        decoders[case_id(entry)], traps[architecture], last[architecture] = entry, trap, unreached
     warned = {key for key, entry in decoders.items() if entry["trap"]}
     assert warned and warned != set(decoders), decoders  # both kinds, or the test proves nothing
     unreached = {key for key, entry in decoders.items() if entry["unreached"]}
@@ -125,8 +126,14 @@ def test_the_first_layer_warning_names_exactly_the_decoders_that_fail_at_id_0(
     output, outcomes = suite_outcomes(python(), package_dir, listed, "test_first_layer.py")
     assert outcomes == {key: "passed" for key in decoders}, output
 
-    model = json.loads(run_on(package_dir, "status", "--model", architectures[0], "--json").stdout)["model"]
+    for architecture in architectures:  # status --model warns where, and only where, the decoder misses an id
+        model = json.loads(run_on(package_dir, "status", "--model", architecture, "--json").stdout)["model"]
+        trap, unreached = traps[architecture], last[architecture]
+        assert (model["id_0_fails_at"], model["id_n_fails_at"]) == (trap, unreached), architecture
+        assert ("warning, not layer 0" in model["verdict"]) == bool(trap), model["verdict"]
+        assert ("warning, not layer n" in model["verdict"]) == bool(unreached), model["verdict"]
+    first = json.loads(run_on(package_dir, "status", "--model", architectures[0], "--json").stdout)["model"]
     assert (
         f"not layer 0: vLLM's decoder adds the residual, still None at the first layer ({traps[architectures[0]]})"
-        in (model["verdict"])
+        in first["verdict"]
     )

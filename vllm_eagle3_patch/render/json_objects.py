@@ -69,6 +69,8 @@ def model_data(model: TargetModel) -> dict[str, Any]:
         "methods": list(model.serves),
         "eagle3_target": model.ready,  # "target"'s old name, kept until 0.2.0 (docs/json.md)
         "verdict": target_verdict(model),
+        "id_0_fails_at": model.first_layer_trap if model.serves else None,
+        "id_n_fails_at": model.last_layer_unreached if model.serves else None,
         "files": {f.path: f.state.value for f in model.files},
     }
 

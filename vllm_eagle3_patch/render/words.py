@@ -112,10 +112,14 @@ def _language_model(language_model: LanguageModel) -> str:
 
 def target_verdict(model: TargetModel) -> str:
     """Whether this install makes the model a target of the hidden-state methods (``served``), and what it waits for
-    where it does not; where it is one, the id its own decoder cannot capture, before an engine start fails on it."""
+    where it does not; where it is one, the ids its own decoder cannot capture (0, n), before an engine start fails
+    on them."""
     verdict = _target_verdict(model)
     if model.first_layer_trap and model.serves:
         verdict += f"; warning, not layer 0: {first_layer_words(model.first_layer_trap)}"
+    if model.last_layer_unreached and model.serves:
+        where = model.last_layer_unreached
+        verdict += f"; warning, not layer n (the stream leaving the last layer): {last_layer_words(where)}"
     return verdict
 
 

@@ -21,7 +21,7 @@ from helpers.selection import release_param
 
 from vllm_eagle3_patch.eagle3.class_chain import ChainReader
 from vllm_eagle3_patch.eagle3.methods import METHODS, drafter_method, methods_in
-from vllm_eagle3_patch.eagle3.native_ids import collecting_decoder, first_layer_trap, last_layer_unreached
+from vllm_eagle3_patch.eagle3.native_ids import collecting_decoder, uncapturable_ids
 from vllm_eagle3_patch.eagle3.release import Release
 
 RELEASES = ("0.8.5", "0.10.1", "0.16.0", "0.17.1", "0.21.0", "0.22.0", "0.24.0", "0.29.0", "0.34.0")
@@ -113,8 +113,8 @@ def test_the_first_layer_warning_names_exactly_the_decoders_that_fail_at_id_0(
         chains = ChainReader(read)
         decoder = collecting_decoder(chains, *registry[architecture], registry)
         assert decoder is not None, architecture
-        trap = first_layer_trap(chains, read, *registry[architecture], registry)
-        unreached = last_layer_unreached(chains, read, *registry[architecture], registry)
+        missed = uncapturable_ids(chains, read, *registry[architecture], registry)
+        trap, unreached = missed.first_layer, missed.last_layer
         entry = {"module": f"vllm.{decoder.module}", "model": decoder.name, "trap": trap, "unreached": unreached}
         decoders[case_id(entry)], traps[architecture], last[architecture] = entry, trap, unreached
     warned = {key for key, entry in decoders.items() if entry["trap"]}

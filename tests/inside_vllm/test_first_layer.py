@@ -1,5 +1,5 @@
 """The decoders the tool warns about fail at aux id 0, and the others capture it (``native_ids.first_layer_trap``);
-the ones it says never reach id n capture nothing there, and the others hand it over (``last_layer_unreached``).
+the ones it says never reach id n capture nothing there, and the others hand it over (``native_ids.uncapturable_ids``).
 
 The outer test (``tests/test_methods.py``) names the decoders in ``VLLM_EAGLE3_PATCH_DECODERS``, each with
 ``"trap"``: the ``path:line`` the tool says fails at id 0, or null; ``"unreached"``: where it says id n is never

@@ -21,7 +21,7 @@ from ..discovery import PlatformVariant, model_types
 from ..eagle3.class_chain import ChainReader
 from ..eagle3.methods import MethodSupport
 from ..eagle3.modules import path_of, registry_module
-from ..eagle3.native_ids import first_layer_trap, last_layer_unreached
+from ..eagle3.native_ids import Uncapturable, uncapturable_ids
 from ..eagle3.release import PROPOSER_FILES, Release
 from ..errors import ToolError
 from ..patches.eagle_proposer import names_target
@@ -61,9 +61,9 @@ class TargetModel:
     """Why nothing can be judged: the release's EAGLE-3 interface was not established (``Release.no_eagle3``)."""
 
     first_layer_trap: Optional[str] = None
-    """``path:line`` of vLLM's own decoder capture that fails at aux id 0 (``native_ids.first_layer_trap``)."""
+    """``path:line`` of vLLM's own decoder capture that fails at aux id 0 (``native_ids.Uncapturable.first_layer``)."""
     last_layer_unreached: Optional[str] = None
-    """``path:line`` of vLLM's own decoder capture that never reaches id n (``native_ids.last_layer_unreached``)."""
+    """``path:line`` of vLLM's own decoder capture that never reaches id n (``native_ids.Uncapturable.last_layer``)."""
     methods: tuple[MethodSupport, ...] = ()
     """The release's hidden-state methods (``Release.methods``): a class that implements the interface serves each
     one the gate lets through."""
@@ -186,13 +186,13 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     decoder, vLLM's own, cannot capture id 0."""
     release = plan.release
     entry = release.registry.get(architecture)
-    trap = unreached = None
+    missed = Uncapturable()
     if entry is not None and release.unknown is None:
-        reader = ChainReader(release.read)
-        trap = first_layer_trap(reader, release.read, *entry, release.registry)
-        unreached = last_layer_unreached(reader, release.read, *entry, release.registry)
+        missed = uncapturable_ids(ChainReader(release.read), release.read, *entry, release.registry)
     judged = _judged(plan, architecture, config)
-    return replace(judged, methods=release.methods, first_layer_trap=trap, last_layer_unreached=unreached)
+    return replace(
+        judged, methods=release.methods, first_layer_trap=missed.first_layer, last_layer_unreached=missed.last_layer
+    )
 
 
 def _judged(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> TargetModel:

@@ -102,35 +102,41 @@ def _evaluate(node: ast.AST, n: int, counts: frozenset[str]) -> Optional[int]:
 # --------------------------------------------------------------------------- ids a native decoder cannot capture
 
 
-def first_layer_trap(
+@dataclass(frozen=True)
+class Uncapturable:
+    """The aux ids vLLM's own decoder of a registered class cannot hand over, each as the ``path:line`` that says
+    why (None: it can, or this tool cannot find the decoder's capture)."""
+
+    first_layer: Optional[str] = None
+    """Id 0.  Upstream's own collecting loops (``qwen2.py`` up to 0.17.x, which Qwen2-VL inherits;
+    ``deepseek_v2.py`` from 0.18.0) capture ``hidden_states + residual`` at the top of the loop, while ``residual``
+    is still the ``None`` the first rank starts with: a drafter asking for id 0 makes the engine fail in its first
+    forward."""
+    last_layer: Optional[str] = None
+    """Id n, the stream leaving the last layer.  ``llama.py`` on 0.17.1 tests ``idx in self.aux_hidden_state_layers``
+    before calling layer ``idx`` and nothing after the loop, so a deployment asking for id n (what a trainer that
+    takes its targets from the last layer's states asks ``extract_hidden_states`` for) gets one state fewer and the
+    engine fails at start."""
+
+
+def uncapturable_ids(
     reader: ChainReader, read: ReadFile, module: str, cls: str, registry: Mapping[str, tuple[str, str]]
-) -> Optional[str]:
-    """Where the decoder a registered class runs cannot capture aux id 0, as ``path:line`` (None: it can, or this
-    tool cannot find the decoder's capture).
-
-    Upstream's own collecting loops (``qwen2.py`` up to 0.17.x, which Qwen2-VL inherits; ``deepseek_v2.py`` from
-    0.18.0) capture ``hidden_states + residual`` at the top of the loop, while ``residual`` is still the ``None``
-    the first rank starts with: a drafter asking for id 0 makes the engine fail in its first forward.  The decoders
-    this tool patches capture id 0 (``patches/decoder_loop.py``); vLLM's own must be warned about."""
-    found = _decoder_forward(reader, read, module, cls, registry)
-    line = _capture_of_none(found[1]) if found is not None else None
-    return f"{found[0]}:{line}" if found is not None and line is not None else None
-
-
-def last_layer_unreached(
-    reader: ChainReader, read: ReadFile, module: str, cls: str, registry: Mapping[str, tuple[str, str]]
-) -> Optional[str]:
-    """Where the decoder a registered class runs captures only at the top of each layer, as ``path:line``: it never
-    captures id n, the stream leaving the last layer (None: it does after its loop, or this tool cannot tell).
-
-    ``llama.py`` on 0.17.1 tests ``idx in self.aux_hidden_state_layers`` before calling layer ``idx`` and nothing
-    after the loop, so a deployment asking for id n (what a trainer that takes its targets from the last layer's
-    states asks ``extract_hidden_states`` for) gets one state fewer and the engine fails at start.  The decoders this
-    tool patches capture id n after their loop (``patches/decoder_loop.py``)."""
+) -> Uncapturable:
+    """Where the decoder a registered class runs cannot capture id 0 or id n, its file parsed once.  The decoders
+    this tool patches capture both (``patches/decoder_loop.py``); vLLM's own must be warned about."""
     found = _decoder_forward(reader, read, module, cls, registry)
     if found is None:
-        return None
+        return Uncapturable()
     path, forward = found
+    first, last = _capture_of_none(forward), _captures_only_before_each_layer(forward)
+    return Uncapturable(
+        f"{path}:{first}" if first is not None else None, f"{path}:{last}" if last is not None else None
+    )
+
+
+def _captures_only_before_each_layer(forward: ast.FunctionDef) -> Optional[int]:
+    """The line of the decoder loop's capture where every capture tests the loop's index before its layer runs and
+    none follows the loop: id n is never reached."""
     loop = next((s for s in ast.walk(forward) if isinstance(s, ast.For) and _mentions_aux_layers(s)), None)
     if loop is None or any(_mentions_aux_layers(s) for s in forward.body if s.lineno > (loop.end_lineno or 0)):
         return None
@@ -145,7 +151,7 @@ def last_layer_unreached(
         and isinstance(index, ast.Name)
         and s.test.left.id == index.id
     ]
-    return f"{path}:{at_the_top[0].lineno}" if at_the_top and len(at_the_top) == len(tests) else None
+    return at_the_top[0].lineno if at_the_top and len(at_the_top) == len(tests) else None
 
 
 def _decoder_forward(

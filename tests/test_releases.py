@@ -12,6 +12,7 @@ from helpers.bytes_on_disk import record_mismatches, tree_digest
 from helpers.cli import run_cli
 from helpers.declared_support import declares_eagle3, runner_classes
 from helpers.inner_suite import run_inside
+from helpers.selection import whole_matrix_only
 from helpers.wheel_corpus import FAMILIES_ONLY, PATCHABLE_CORE, PATCHABLE_LEGACY, UNSUPPORTED
 
 from vllm_eagle3_patch.catalog import DEEPSEEK_V2, FAMILIES, NAMED_WRAPPERS
@@ -26,11 +27,12 @@ def status(package_dir) -> dict:
     return json.loads(completed.stdout)
 
 
-DEFAULT_RELEASES = ("0.8.5", "0.10.0", "0.10.1", "0.12.0", "0.15.0", "0.17.1")
-"""The releases the README's command runs: the first patchable one, the last before ``SupportsEagle3``
-(legacy interpreter), the first with it, the first with the fourth layer argument, the first with
-Kimi-K2.5, and the last one DeepSeek needs the patch on.  ``VLLM_EAGLE3_PATCH_RELEASES=all`` runs all 22
-(docs/testing.md); the others share their loop shapes and gate files with one of these."""
+DEFAULT_RELEASES = ("0.8.5", "0.10.1", "0.12.0", "0.17.1")
+"""The releases the README's command runs: the first patchable one (legacy interpreter, before
+``SupportsEagle3``), the first with the protocol, the first with the fourth layer argument, and the last one
+DeepSeek needs the patch on (Kimi-K2.5 among its families).  ``VLLM_EAGLE3_PATCH_RELEASES=all`` runs all 22
+(docs/testing.md); the others share their loop shapes and gate files with one of these (0.10.0 with 0.8.5,
+0.15.0's Kimi-K2.5 with 0.17.1's)."""
 
 
 def matrix_release(version: str, interpreter: str):
@@ -100,7 +102,8 @@ FAMILY_FILES = set(RUNNER_CLASSES) - REQUIRED_FILES
 WRAPPER_TEST = "test_family_behaviour.py::test_gemma3_multimodal_wrapper_delegates"
 FAMILY_RELEASES = [
     pytest.param("0.18.0", "cpu_python", (), id="0.18.0"),
-    pytest.param("0.21.0", "engine_python", (), id="0.21.0"),  # the last whitelist; Qwen3-Next half native
+    # the last whitelist; Qwen3-Next half native (the whitelist's verdicts: tests/test_gate_verdicts.py)
+    pytest.param("0.21.0", "engine_python", (), id="0.21.0", marks=whole_matrix_only()),
     *(pytest.param(v, None, (), id=v) for v in FAMILIES_ONLY if v not in ("0.18.0", "0.21.0", "0.33.0")),
     # transformers 5's Gemma 3 image processor needs torchvision, which has no CPU-torch build here
     pytest.param("0.33.0", "modern_python", ("--deselect", WRAPPER_TEST), id="0.33.0"),
@@ -201,7 +204,8 @@ def test_the_unpatched_newest_release_fails_the_family_tests(release, modern_pyt
 
 PROPOSER_RELEASES = [
     pytest.param("0.17.1", "engine_python", id="0.17.1"),  # the token chosen in eagle.py; Kimi-K2.5 not named yet
-    pytest.param("0.21.0", "engine_python", id="0.21.0"),  # in llm_base_proposer.py, Kimi-K2.5 named upstream
+    # in llm_base_proposer.py, Kimi-K2.5 named upstream (0.33.0's proposer lives there too)
+    pytest.param("0.21.0", "engine_python", id="0.21.0", marks=whole_matrix_only()),
     pytest.param("0.33.0", "modern_python", id="0.33.0"),  # the newest
 ]
 

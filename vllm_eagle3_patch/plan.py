@@ -6,12 +6,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable, Iterable, Optional
 
 from .catalog import FAMILIES, planned_patches
 from .codemod.patch import Options, Patch, Policy, State, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
+from .eagle3.class_chain import ChainReader
 from .eagle3.release import Release
 from .errors import ToolError
 from .install.journal import Interruption
@@ -75,6 +77,12 @@ class Plan:
     """Why the manifest could not be read (``status`` as another user than the one who applied)."""
     interruption: Optional[Interruption] = None
     """An ``apply`` or ``revert`` that stopped part-way, or is at work in another process."""
+
+    @cached_property
+    def chains(self) -> ChainReader:
+        """The model files' class chains as this plan found the tree, each file parsed once for every judge that
+        asks (``status --model`` of many architectures reads the same files again and again)."""
+        return ChainReader(self.release.read, self.release.layouts)
 
     @property
     def state(self) -> State:

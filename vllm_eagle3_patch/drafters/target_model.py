@@ -18,7 +18,6 @@ from ..catalog import FAMILIES
 from ..codemod.family import Family, FoundWrapper
 from ..codemod.patch import State
 from ..discovery import PlatformVariant, model_types
-from ..eagle3.class_chain import ChainReader
 from ..eagle3.methods import MethodSupport
 from ..eagle3.modules import path_of, registry_module
 from ..eagle3.native_ids import Uncapturable, uncapturable_ids
@@ -188,7 +187,7 @@ def target_model_of(plan: Plan, architecture: str, config: Optional[ModelConfig]
     entry = release.registry.get(architecture)
     missed = Uncapturable()
     if entry is not None and release.unknown is None:
-        missed = uncapturable_ids(ChainReader(release.read), release.read, *entry, release.registry)
+        missed = uncapturable_ids(plan.chains, release.read, *entry, release.registry)
     judged = _judged(plan, architecture, config)
     return replace(
         judged, methods=release.methods, first_layer_trap=missed.first_layer, last_layer_unreached=missed.last_layer
@@ -219,7 +218,7 @@ def _judged(plan: Plan, architecture: str, config: Optional[ModelConfig]) -> Tar
             else TargetModel(architecture, None, None, ())
         )
     files = {file.path: file for file in plan.files}
-    chain = ChainReader(release.read).registered(*entry)
+    chain = plan.chains.registered(*entry)
     runner = judge(architecture, *entry, chain, files, plan.discovery).runner
     named = _gate_types(plan, architecture, entry)
     if isinstance(runner, PerPlatform) and all(v.state is not None for v in runner.deciding):
@@ -239,7 +238,7 @@ def _gate_types(plan: Plan, architecture: str, entry: tuple[str, str]) -> tuple[
     (a multimodal class by its language model's); by its own name's where each checkpoint decides (LLaVA's)."""
     release = plan.release
     kind = "multimodal" if architecture in release.multimodal_models else "text"
-    chain = ChainReader(release.read).registered(*entry)
+    chain = plan.chains.registered(*entry)
     return gate_types(architecture, entry[0], chain, release.registry, kind) or model_types(architecture, entry[0])
 
 

@@ -20,7 +20,7 @@ from .codemod.family import FoundWrapper
 from .codemod.patch import State
 from .discovery import MODEL_TYPES, Discovery, PlatformVariant, model_types
 from .drafters.gate import GateVerdict, gate_verdict
-from .eagle3.class_chain import Chain, ChainReader
+from .eagle3.class_chain import Chain
 from .eagle3.methods import MethodSupport
 from .eagle3.modules import module_of
 from .patches.pipeline_relay import carries_aux_across_ranks
@@ -171,7 +171,7 @@ class ArchitectureVerdict:
 
 def architecture_verdicts(plan: Plan) -> list[ArchitectureVerdict]:
     """One verdict per registered text-generation architecture, then per multimodal one, in the registry's order."""
-    chains = ChainReader(plan.release.read)
+    chains = plan.chains
     files = {file.path: file for file in plan.files}
     interface = plan.release.interface
     relays = interface is not None and interface.relay_key is not None

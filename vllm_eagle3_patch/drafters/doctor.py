@@ -16,7 +16,6 @@ from typing import Optional, Union
 
 from ..codemod.patch import State
 from ..eagle3 import layer_ids
-from ..eagle3.class_chain import ChainReader
 from ..eagle3.drafter_id_fields import read_ids
 from ..eagle3.methods import EAGLE3, EXTRACT_HIDDEN_STATES, Method, drafter_method
 from ..eagle3.native_ids import native_default
@@ -430,7 +429,7 @@ def _held_language_model(context: Context, wrapper: TargetModel) -> TargetModel:
 def native_layers(context: Context, model: TargetModel, n: int) -> tuple[Optional[tuple[int, ...]], CaptureSource]:
     """The ids the target's own class returns by default, read from its getter (``llama.py``'s, for Mistral)."""
     entry = context.release.registry.get(model.architecture)
-    chain = ChainReader(context.release.read).registered(*entry) if entry else None
+    chain = context.plan.chains.registered(*entry) if entry else None
     interface = context.release.interface
     getters = (interface.getter,) if interface is not None else GETTERS
     default = native_default(chain, context.release.read, getters) if chain is not None else None

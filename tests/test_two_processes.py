@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 
 from vllm_eagle3_patch.codemod.patch import State, Verdict
-from vllm_eagle3_patch.codemod.two_processes import FEW, judge_all
+from vllm_eagle3_patch.codemod.two_processes import FEW, judge_all, on_two_processes
 from vllm_eagle3_patch.errors import ToolError
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
@@ -67,3 +67,30 @@ def test_a_tool_error_in_the_child_is_the_same_error_here():
 def test_a_bug_in_the_child_is_raised_here():
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         judge_all([only_in_the_child(lambda: 1 / 0, i) for i in range(FEW)])  # type: ignore[arg-type, return-value]
+
+
+@pytest.mark.parametrize("count", [FEW - 1, 3 * FEW])
+def test_meanwhile_runs_once_here_while_the_child_takes_the_jobs(count):
+    """The caller's own work (discovery's: the release's search, LibCST's import) runs in this process, once,
+    before it takes a job; the child, free meanwhile, takes more of them."""
+    ran_in: list[int] = []
+
+    def meanwhile() -> None:
+        ran_in.append(os.getpid())
+        time.sleep(FEW * SLOW)
+
+    results = on_two_processes([lambda i=i: (i, os.getpid()) for i in range(count)], meanwhile=meanwhile)
+    assert ran_in == [os.getpid()]
+    assert [i for i, _ in results] == list(range(count))
+    if count >= FEW:  # while this process waited, the child took at least half
+        assert sum(pid != os.getpid() for _, pid in results) >= count // 2
+
+
+def test_a_failure_meanwhile_is_raised_here_after_the_child_is_done():
+    def fail() -> None:
+        raise ToolError("meanwhile failed")
+
+    with pytest.raises(ToolError, match="meanwhile failed"):
+        on_two_processes([job(i) for i in range(3 * FEW)], meanwhile=fail)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # no child left behind

@@ -159,15 +159,17 @@ class Discovery:
         return next((f for f in (*known, *self.families) if (f.path, f.causal_lm) == tuple(key)), None)
 
 
-def discover(release: Release, known: tuple[Family, ...]) -> Discovery:
+def discover(release: Release, known: tuple[Family, ...], meanwhile: Callable[[], object] = lambda: None) -> Discovery:
     """A family for every registered architecture whose class lacks EAGLE-3 and that no family of ``known``
     serves, keyed by (file, causal LM), in the registry's order; then for every multimodal one, the wrapper
     that hands EAGLE-3 on to its language model (``multimodal.py``), or a family of its own where it holds a
-    decoder of its own file as a causal LM does (Molmo's ``self.model = MolmoModel(...)``)."""
+    decoder of its own file as a causal LM does (Molmo's ``self.model = MolmoModel(...)``).  ``meanwhile`` is the
+    caller's own work, done here while the second process parses (``two_processes.on_two_processes``)."""
     chains = ChainReader(release.read, release.layouts)
     registries = (release.text_generation_models, release.multimodal_models)
     chains.read_chains_ahead(
-        ((registry_module(module), cls) for models in registries for module, cls in models.values()), on_two_processes
+        ((registry_module(module), cls) for models in registries for module, cls in models.values()),
+        lambda jobs, weights: on_two_processes(jobs, weights, meanwhile),
     )
     finder = _FamilyFinder(release, chains, known)
     for architecture, (module, cls) in release.text_generation_models.items():

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Callable, Iterable, Optional
 
 from .catalog import FAMILIES, planned_patches
+from .codemod.cst_tools import import_libcst_now
 from .codemod.patch import Options, Patch, Policy, State, Verdict
 from .codemod.two_processes import judge_all
 from .discovery import Discovery, decoder, discover, encode, serving
@@ -155,15 +156,15 @@ def make_plan(
     if options is None:
         options = recorded
     release = Release(install.package_dir)
-    if release.unknown is not None and not states_only:  # diff and apply: nothing is planned on a guess
-        raise ToolError(f"{install.package_dir}: {release.no_eagle3}; nothing was changed")
     discovery = StateCache(default_directory()).remember(
         f"families found by rule in vLLM {install.version}",  # any tree of the release: each file read is checked
         _as_installed(release, state_dir, manifest),
-        lambda tree: discover(tree, FAMILIES),
+        lambda tree: discover(tree, FAMILIES, meanwhile=lambda: _while_discovery_parses(release)),
         encode,
         decoder(FAMILIES),
     )
+    if release.unknown is not None and not states_only:  # diff and apply: nothing is planned on a guess
+        raise ToolError(f"{install.package_dir}: {release.no_eagle3}; nothing was changed")
     found = Found(discovery, only, release, _before_apply(state_dir, manifest))
     wanted = None if only is None else serving(release, only, (*FAMILIES, *discovery.families), discovery)
     patches = _asked_for(planned_patches(found, after_model_files=False), wanted, release, manifest)
@@ -187,6 +188,14 @@ def make_plan(
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
     return Plan(install, tuple(files), manifest, options, release, discovery, unreadable, state_dir.interruption())
+
+
+def _while_discovery_parses(release: Release) -> None:
+    """What the plan needs next and discovery's second process cannot do for it: the search of the tree for
+    the release's interface (a pass over its files' bytes), and LibCST, imported before the judges fork, so that
+    they share one import."""
+    release.unknown  # noqa: B018 - read for its side effect: the search, done and kept
+    import_libcst_now()
 
 
 def _as_installed(release: Release, state_dir: StateDir, manifest: Optional[Manifest]) -> Release:

@@ -47,6 +47,13 @@ else:
     cst = import_lazily("libcst")
 """LibCST, for this module and the patch modules (``from vllm_eagle3_patch.codemod.cst_tools import cst``)."""
 
+
+def import_libcst_now() -> None:
+    """Import LibCST here and now, where :data:`cst` would import it on first use: a process about to fork
+    its judges imports it once for both (``plan.py``)."""
+    cst.parse_module("")  # its native parser too
+
+
 Found = TypeVar("Found")
 Node = TypeVar("Node", bound="cst.CSTNode")
 Statement = TypeVar("Statement", bound="cst.BaseStatement")

@@ -37,9 +37,17 @@ def judge_all(jobs: Sequence[Callable[[], Verdict]], weights: Optional[Sequence[
     return [Verdict.written(State(state), reason, text) for state, reason, text in answers]
 
 
-def on_two_processes(jobs: Sequence[Callable[[], T]], weights: Optional[Sequence[float]] = None) -> list[T]:
-    """``job()`` for every job, in order; a share of them in a forked child (results must pickle)."""
+def on_two_processes(
+    jobs: Sequence[Callable[[], T]],
+    weights: Optional[Sequence[float]] = None,
+    meanwhile: Callable[[], object] = lambda: None,
+) -> list[T]:
+    """``job()`` for every job, in order; a share of them in a forked child (results must pickle).
+
+    ``meanwhile`` is work this process needs anyway and the child does not: it runs here first, while the
+    child starts on the queue, which then leaves this process fewer jobs."""
     if not FEW <= len(jobs) <= MANY or not hasattr(os, "fork"):
+        meanwhile()
         return [job() for job in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -weights[i]) if weights else range(len(jobs))
     queue, filling = os.pipe()
@@ -52,6 +60,7 @@ def on_two_processes(jobs: Sequence[Callable[[], T]], weights: Optional[Sequence
         _run_child(jobs, queue, write_end)
     os.close(write_end)
     try:
+        meanwhile()
         mine = {index: jobs[index]() for index in _taken(queue)}
     finally:
         os.close(queue)

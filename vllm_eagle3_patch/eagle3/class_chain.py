@@ -177,8 +177,8 @@ class ChainReader:
 
     def read_chains_ahead(self, classes: Iterable[tuple[str, str]], run_all: RunAll) -> None:
         """Parse the files of the chains of ``classes`` (``(module, name)`` pairs) now, round by round on
-        ``run_all``: the classes' own files, then those their re-exports and bases lead to, until no chain
-        asks for a file not parsed yet.  Nothing is parsed here that :meth:`chain` would not parse."""
+        ``run_all``: the classes' own files, then those their re-exports, bases and platform variants lead to,
+        until no chain asks for a file not parsed yet.  Nothing is parsed here that :meth:`chain` would not parse."""
         classes = list(dict.fromkeys(classes))
         modules = [module for module, _ in classes]
         while modules:
@@ -187,6 +187,8 @@ class ChainReader:
             try:
                 for module, name in classes:
                     self.chain(module, name)
+                    for variant in self.platform_variants(module, name):  # each platform's class is judged
+                        self.chain(variant.module, variant.name)
                 modules = sorted(self._unread)
             finally:
                 self._unread = None

@@ -53,8 +53,9 @@ def test_a_second_status_answers_from_hashes_without_importing_libcst(release, t
     second, second_imports = status(package_dir, tmp_path / "cache")
     assert first == second and first["state"] == "unpatched"
     assert "libcst" in first_imports and "libcst" not in second_imports
-    # one verdict per target file, and the families found by rule in the registry
-    assert len(list((tmp_path / "cache").glob("*.json"))) == len(first["targets"]) + 1
+    # one verdict per target file, the families found by rule in the registry, and what the tree's files held
+    assert len(list((tmp_path / "cache").glob("*.json"))) == len(first["targets"]) + 2
+    assert len(list((tmp_path / "cache").glob("scan-*.json"))) == 1
 
 
 def test_another_tree_of_the_same_release_reuses_the_families_found_and_an_edited_one_does_not(release, tmp_path):
@@ -62,14 +63,19 @@ def test_another_tree_of_the_same_release_reuses_the_families_found_and_an_edite
     reused only while every file they were read from is the same."""
     cache = tmp_path / "cache"
     first, _ = status(release("0.17.1"), cache)
-    entries = set(cache.glob("*.json"))
+    entries = verdicts(cache)
     other = release("0.17.1")
     assert status(other, cache)[0]["targets"] == first["targets"]
-    assert set(cache.glob("*.json")) == entries  # nothing judged again: the same entries answered
+    assert verdicts(cache) == entries  # nothing judged again: the same entries answered
     registry = other / "model_executor/models/registry.py"
     registry.write_text(registry.read_text().replace('("olmo", "OlmoForCausalLM")', '("olmo", "OlmoMissing")'))
     files = {t["file"] for t in status(other, cache)[0]["targets"]}
     assert files == {t["file"] for t in first["targets"]} - {"model_executor/models/olmo.py"}
+
+
+def verdicts(cache: Path) -> set[Path]:
+    """The cache's verdicts, without the memo of what each tree's files held (one per tree: ``scan-*.json``)."""
+    return set(cache.glob("*.json")) - set(cache.glob("scan-*.json"))
 
 
 def status_after_edit(package_dir: Path, cache: Path, relative: str, old: str, new: str) -> tuple[dict, str]:

@@ -23,7 +23,7 @@ from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .patch_kinds import Found
 from .plan_facts import Families, FileFact, FileReason, Standing
-from .verdict_cache import StateCache, default_directory
+from .verdict_cache import ScanFile, StateCache, default_directory
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def make_plan(
     recorded = _recorded_options(manifest)
     if options is None:
         options = recorded
-    release = Release(install.package_dir)
+    release = Release(install.package_dir, memo=ScanFile(default_directory(), install.package_dir))
     discovery = StateCache(default_directory()).remember(
         f"families found by rule in vLLM {install.version}",  # any tree of the release: each file read is checked
         _as_installed(release, state_dir, manifest),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Optional
 
 from .modules import MODELS, MODELS_MODULE, import_name
 from .python_layout import Layouts
-from .tree import ListFiles, ReadFile, Searched, Tree, file_reader
+from .tree import ListFiles, ReadFile, ScanMemo, Searched, Tree, file_reader
 
 if TYPE_CHECKING:
     from .drafter_id_fields import IdField
@@ -182,9 +182,12 @@ class Release:
         layouts: Optional[Layouts] = None,
         tree: Optional[Tree] = None,
         files: Optional[ListFiles] = None,
+        memo: Optional[ScanMemo] = None,
     ) -> None:
         self.package_dir = package_dir
-        self.tree = tree or Tree(package_dir, read, files, expected=SEARCHES, keeps={SETTER_CALL: calls_the_setter})
+        self.tree = tree or Tree(
+            package_dir, read, files, expected=SEARCHES, keeps={SETTER_CALL: calls_the_setter}, memo=memo
+        )
         """The installed files, listed, read and searched: every fact below goes through it."""
         self.read: ReadFile = self.tree.read
         self.layouts = layouts or Layouts()

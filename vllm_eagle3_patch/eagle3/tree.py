@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any, Callable, Hashable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Hashable, Mapping, Optional, Protocol, TypeVar
 
 ReadFile = Callable[[str], Optional[str]]
 """Reads a file of one vLLM tree by its path relative to ``vllm/`` (None: absent)."""
@@ -22,6 +22,21 @@ ListFiles = Callable[[], "tuple[str, ...]"]
 T = TypeVar("T")
 Searched = Callable[[str, "tuple[str, ...]"], None]
 """Told each search a view answered: the literal and the files found."""
+Identity = tuple[int, ...]
+"""A file as the disk knows it: device, inode, size, modification and change times in ns.  Any write, rename over
+it or touch changes one of them (the change time cannot be set back): the test git's index relies on."""
+Held = dict[str, "tuple[Identity, frozenset[str]]"]
+"""Per file (relative to ``vllm/``): its identity when it was scanned, and the literals it held."""
+
+
+class ScanMemo(Protocol):
+    """What an earlier command's scan found in each file, kept between commands (``verdict_cache.ScanFile``)."""
+
+    def recall(self) -> tuple[frozenset[str], Held]:
+        """The literals every kept file was scanned for, and what each held; (frozenset(), {}) where none is kept."""
+
+    def keep(self, literals: frozenset[str], held: Held) -> None:
+        """Keep this scan's answer for the next command (silently not, where it cannot be written)."""
 
 
 def file_reader(package_dir: Path) -> ReadFile:
@@ -68,6 +83,7 @@ class Tree:
         files: Optional[ListFiles] = None,
         expected: tuple[str, ...] = (),
         keeps: Optional[Mapping[str, Callable[[str], bool]]] = None,
+        memo: Optional[ScanMemo] = None,
     ) -> None:
         self.package_dir = package_dir
         self.expected = expected
@@ -75,6 +91,8 @@ class Tree:
         self.keeps: Mapping[str, Callable[[str], bool]] = keeps or {}
         """Per literal, which of the files holding it the search answers (given the file's text): a search whose
         answer is a fact (the files *calling* the setter) stays the same when a patch adds lines that only name it."""
+        self.memo = memo if read is None else None
+        """Where a scan of the disk finds what each file unchanged since the last command held, without reading it."""
         self.read: ReadFile = read or file_reader(package_dir)
         self.files: ListFiles = files or (python_files(package_dir) if read is None else (lambda: ()))
         self._found: dict[str, tuple[str, ...]] = {}
@@ -89,7 +107,7 @@ class Tree:
         listing and searches: the views this tool makes change what a file says, never which files there are,
         and only add marked lines to those a search may find."""
         view = Tree(self.package_dir, read, self.files, self.expected, self.keeps)
-        view._found, view._raw, view._searched = self._found, self._raw, searched
+        view._found, view._raw, view._searched, view.memo = self._found, self._raw, searched, self.memo
         view._derived = self._derived
         return view
 
@@ -110,17 +128,39 @@ class Tree:
         return found
 
     def _scan(self, literals: set[str]) -> dict[str, tuple[str, ...]]:
-        """One pass over the files for every literal of ``literals``."""
-        needles = {literal: literal.encode("utf-8") for literal in literals}
-        hits: dict[str, list[str]] = {literal: [] for literal in literals}
+        """One pass over the files for every literal of ``literals``.  With a memo, a file whose identity is the
+        one it had when last scanned for all of them is not read: what it held then, it holds now."""
+        scanned, before = self.memo.recall() if self.memo is not None else (frozenset(), {})
+        if not literals <= scanned:  # a literal no kept answer covers: every file is read, for all of them
+            scanned, before = frozenset(literals) | scanned, {}
+        needles = {literal: literal.encode("utf-8") for literal in scanned}
+        held: Held = {}
         for relative in self.files():
-            data = self._raw(relative) or b""
-            for literal, needle in needles.items():
-                if needle in data and (
-                    literal not in self.keeps or self.keeps[literal](data.decode("utf-8", "replace"))
-                ):
-                    hits[literal].append(relative)
-        return {literal: tuple(found) for literal, found in hits.items()}
+            identity = self._identity(relative) if self.memo is not None else ()
+            kept = before.get(relative)
+            held[relative] = (
+                kept if kept is not None and kept[0] == identity else (identity, self._held(relative, needles))
+            )
+        if self.memo is not None and held != before:
+            self.memo.keep(scanned, held)
+        return {
+            literal: tuple(relative for relative, (_, has) in held.items() if literal in has) for literal in literals
+        }
+
+    def _held(self, relative: str, needles: dict[str, bytes]) -> frozenset[str]:
+        data = self._raw(relative) or b""
+        return frozenset(
+            literal
+            for literal, needle in needles.items()
+            if needle in data and (literal not in self.keeps or self.keeps[literal](data.decode("utf-8", "replace")))
+        )
+
+    def _identity(self, relative: str) -> Identity:
+        try:
+            found = os.stat(os.path.join(self.package_dir, relative))
+        except OSError:
+            return ()
+        return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
     def _disk_bytes(self, relative: str) -> Optional[bytes]:
         try:

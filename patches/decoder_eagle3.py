@@ -11,6 +11,7 @@ ids mean the same on every release (``docs/releases.md``).  A multimodal wrapper
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -61,7 +62,7 @@ from vllm_eagle3_patch.patches.decoder_loop import (
 )
 from vllm_eagle3_patch.patches.eagle3_methods import eagle3_methods
 from vllm_eagle3_patch.patches.pipeline_relay import MIXIN_RELAYS, NO_RELAY, OVER_PP, RELAYED, OverRanks
-from vllm_eagle3_patch.patches.shared_embedding import SHARED_EMBEDDINGS, share_the_embedding
+from vllm_eagle3_patch.patches.shared_embedding import SHARED_EMBEDDINGS, TOKEN_EMBEDDING, share_the_embedding
 
 AUX = "aux_hidden_states"
 INDEX = "aux_layer_idx"
@@ -400,6 +401,7 @@ class DecoderPatch(SingleFilePatch):
             sees=read.sees,
             layouts=release.layouts,
             sees_statement=read.sees_statement,
+            reads_statement=read.reads_statement,
         )
 
 
@@ -441,10 +443,23 @@ class FileReading:
         """The methods whose presence the codemods ask (``has_method``/``method``); the others are set aside."""
         return self.nested or function.name in SEEN_METHODS
 
+    def reads_statement(self, function: Function, text: str) -> bool:
+        """Of an ``__init__`` read, the lines :data:`READ_IN_INIT` names (every one, where the decoder sits deeper:
+        ``shared_embedding._outer_model`` reads what builds it)."""
+        return self.nested or _READ_IN_INIT.search(text) is not None
+
     def sees_statement(self, statement: Statement) -> bool:
         """The interfaces import, and the class attribute saying a model carries aux states across ranks."""
         return reads_the_interfaces_import(statement) or (statement.cls is not None and OVER_PP in statement.text)
 
+
+READ_IN_INIT = ("start_layer", "config", "aux_hidden_state_layers", "model", *SHARED_EMBEDDINGS)
+"""The attributes of ``self`` whose assignments in an ``__init__`` the codemods of a model file read, each where:
+``start_layer`` (a staged loop: ``decoder_loop.read_forward``), ``config`` (``pipeline_relay.why_not_relayed``),
+``aux_hidden_state_layers`` (upstream's ids: :func:`_sets_aux_layers`), ``model`` (something other than the
+decoder held there: ``shared_embedding``), the shared embeddings and any ``TOKEN_EMBEDDING`` built
+(``shared_embedding._built_embeddings``).  Its other simple statements are set aside unparsed."""
+_READ_IN_INIT = re.compile(rf"\bself\s*\.\s*(?:{'|'.join(READ_IN_INIT)})\b|\b{TOKEN_EMBEDDING}\b")
 
 SEEN_METHODS = frozenset(("__init__", "forward", "model", *SHARED_EMBEDDINGS, *GETTERS))
 """Every method name a codemod of a model file or its native check looks for."""

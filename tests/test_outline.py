@@ -254,3 +254,43 @@ def test_a_new_import_lands_after_the_imports_set_aside_as_after_the_imports_the
     whole = add_import(cst.parse_module(source), "pkg.interfaces", "SupportsEagle3", "pkg")
     assert parsed.restore(added.code) == whole.code
     assert "maybe_prefix\nfrom pkg.interfaces import SupportsEagle3" in whole.code
+
+
+INIT_SAMPLE = '''\
+class Model:
+    def __init__(self, config):
+        """Doc."""
+        super().__init__()
+        self.config = config
+        self.vocab_size = config.vocab_size
+        # a comment between two lines set aside: with them
+        self.padding_idx = (
+            config.pad_token_id
+        )
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size)
+        if config.tie:
+            self.head = self.embed_tokens
+        self.a = 1; self.b = 2
+        self.norm = RMSNorm(config.hidden_size)
+
+    def forward(self, x):
+        return x'''
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_the_lines_of_an_init_a_codemod_does_not_read_are_set_aside_and_come_back(final_newline):
+    """Of ``__init__``, only the simple statements ``reads_statement`` accepts are parsed; the docstring, compound
+    statements and lines holding two statements always are.  A method appended after the last line of a file
+    without a final newline comes back after a blank line, as from a whole parse."""
+    source = INIT_SAMPLE + ("\n" if final_newline else "")
+    reads = lambda function, text: "self.config" in text or "Embedding" in text
+    parsed = outline(source, lambda function: True, reads_statement=reads)
+    assert parsed.text.count("...  # <set aside") == 3  # super() / vocab_size + padding_idx / norm
+    for kept in ('"""Doc."""', "self.config = config", "VocabParallelEmbedding", "if config.tie:", "self.a = 1; self"):
+        assert kept in parsed.text
+    for aside in ("super()", "# a comment between", "vocab_size =", "pad_token_id", "RMSNorm"):
+        assert aside not in parsed.text
+    method = "\n\n    def added(self):\n        return 1"
+    appended = lambda code: code.rstrip("\n") + method + code[len(code.rstrip("\n")) :]  # as LibCST writes it
+    assert parsed.restore(appended(parsed.text)) == appended(source)

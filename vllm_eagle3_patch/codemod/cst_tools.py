@@ -125,11 +125,18 @@ def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
     children: list[cst.CSTNode] = []
     for name in _field_names(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        if _is_node(value.__class__):
             children.append(value)
         elif isinstance(value, (list, tuple)):
-            children.extend(item for item in value if isinstance(item, cst.CSTNode))
+            children.extend(item for item in value if _is_node(item.__class__))
     return children
+
+
+@cache
+def _is_node(kind: type) -> bool:
+    """``issubclass(kind, CSTNode)``, once per type: ``CSTNode`` is an abstract base class, whose ``isinstance``
+    takes the slow path, and a walk asks it of every field of every node."""
+    return issubclass(kind, cst.CSTNode)
 
 
 def find(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:

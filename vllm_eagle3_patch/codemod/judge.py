@@ -7,7 +7,7 @@ from typing import Callable, Optional, Protocol
 from ..eagle3.python_layout import Layouts
 from ..eagle3.release import GETTERS
 from .cst_tools import cst, has_mark, has_method, is_name, parse, top_level_class
-from .outline import Keep, KeepClass, Sees, SeesStatement, Statement, outline
+from .outline import Keep, KeepClass, ReadsStatement, Sees, SeesStatement, Statement, outline
 from .patch import State, Unrecognised, Verdict
 
 
@@ -37,6 +37,7 @@ def judge(
     sees: Optional[Sees] = None,
     layouts: Optional[Layouts] = None,
     sees_statement: Optional[SeesStatement] = None,
+    reads_statement: Optional[ReadsStatement] = None,
 ) -> Verdict:
     """Run ``make_codemod``'s codemod on ``source`` and say what the file is.
 
@@ -47,11 +48,12 @@ def judge(
     others are set aside unparsed (see :mod:`~vllm_eagle3_patch.codemod.outline`), and so are the module-level
     classes ``classes`` rejects (None: every class is looked at) and the functions ``sees`` rejects,
     signature and all (None: every function's is), and the other statements ``sees_statement`` rejects (imports,
-    class attributes; None: every one is).  ``layouts``: the release's, which may know the file already.
+    class attributes; None: every one is), and the simple statements of an ``__init__`` read that ``reads_statement``
+    rejects (None: every one is read).  ``layouts``: the release's, which may know the file already.
     """
     if has_mark(source):
         return Verdict(State.PATCHED, "carries the vllm-eagle3-patch changes")
-    parsed = outline(source, reads, classes, sees, layouts, sees_statement)
+    parsed = outline(source, reads, classes, sees, layouts, sees_statement, reads_statement)
     try:
         module = parse(parsed.text)
         why_native = native(module)

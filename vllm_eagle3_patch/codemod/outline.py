@@ -47,6 +47,9 @@ class Statement(NamedTuple):
 
 SeesStatement = Callable[[Statement], bool]
 """Whether a codemod looks at this statement."""
+ReadsStatement = Callable[[Function, str], bool]
+"""Of a function whose body a codemod reads, whether it reads this simple statement of it (given its text; asked of
+``__init__``'s only, where a codemod looks for a few assignments among dozens of lines)."""
 
 
 @dataclass(frozen=True)
@@ -68,11 +71,14 @@ class Outline:
         return restored
 
     def _body(self, placeholder: re.Match) -> str:
-        """The body a placeholder stands for, which must come back at the indentation it left."""
+        """The body a placeholder stands for, which must come back at the indentation it left, and the line end
+        the placeholder was given where the body has none (the last line of a file without one, now followed by
+        what a codemod appended)."""
         body = self.bodies[int(placeholder.group(2))]
         if not body.startswith(placeholder.group(1)) or body[len(placeholder.group(1))] in " \t":
             raise RuntimeError(f"outline: a set-aside body came back at another indentation: {body[:60]!r}")
-        return body
+        given = placeholder.group(0)[len(placeholder.group(0).rstrip("\r\n")) :]
+        return body if body.endswith(("\n", "\r")) else body + given
 
 
 def outline(
@@ -82,12 +88,14 @@ def outline(
     sees: Optional[Sees] = None,
     layouts: Optional[Layouts] = None,
     sees_statement: Optional[SeesStatement] = None,
+    reads_statement: Optional[ReadsStatement] = None,
 ) -> Outline:
     """``source`` with the body of every function that ``keep`` rejects set aside, every function that ``sees``
     rejects set aside whole (decorators and signature too: a wrapper's codemod only asks whether a class has a
     getter), every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
     the codemod never reads), and every other statement that ``sees_statement`` rejects (imports, class
-    attributes; None: every one is looked at).  Neighbours set aside whole share one placeholder, with the
+    attributes; None: every one is looked at), and of each ``__init__`` read, the simple statements that
+    ``reads_statement`` rejects.  Neighbours set aside whole share one placeholder, with the
     blank lines and comments between them.  ``layouts``: the release's, which may know where the file's
     statements lie already (else the source is parsed here).
 
@@ -105,7 +113,7 @@ def outline(
     bodies: list[str] = []
     parts: list[str] = []
     done = 0  # lines[:done] are in parts
-    reading = _Reading(lines, keep, keep_class, sees, sees_statement)
+    reading = _Reading(lines, keep, keep_class, sees, sees_statement, reads_statement)
     for first, last, stands_for in reading.set_aside(None, layout):
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]
@@ -142,6 +150,7 @@ class _Reading:
     keep_class: Optional[KeepClass]
     sees: Optional[Sees]
     sees_statement: Optional[SeesStatement]
+    reads_statement: Optional[ReadsStatement] = None
 
     def set_aside(self, cls: Optional[str], spans: Sequence[Span]) -> Iterator[_Piece]:
         """The pieces to set aside of one body (the module's, or a class's), in source order: neighbours
@@ -182,6 +191,24 @@ class _Reading:
         elif isinstance(span, FunctionSpan) and _body_on_own_lines(span, self.lines):
             if not self.keep(self._function(span)):
                 yield _Piece(span.body[0], span.last, _WHOLE)
+            elif self.reads_statement is not None and span.statements:
+                yield from self._unread_statements(span, self.reads_statement)
+
+    def _unread_statements(self, function: FunctionSpan, reads: ReadsStatement) -> Iterator[_Piece]:
+        """Of a function read, the runs of simple statements, each alone on its lines, that ``reads`` rejects."""
+        read, spans = self._function(function), function.statements
+        run: Optional[_Piece] = None
+        for index, span in enumerate(spans):
+            alone = index + 1 == len(spans) or spans[index + 1].first > span.last
+            text = "".join(self.lines[span.first - 1 : span.last])
+            if alone and span.kind == "other" and self._starts_its_line(span) and not reads(read, text):
+                run = _Piece(span.first, span.last, _WHOLE) if run is None else run._replace(last=span.last)
+                continue
+            if run is not None:
+                yield run
+            run = None
+        if run is not None:
+            yield run
 
     def _function(self, span: FunctionSpan) -> Function:
         return Function(span.cls, span.name, "".join(self.lines[span.line - 1 : span.last]))

@@ -29,6 +29,9 @@ class FunctionSpan(NamedTuple):
     """``(line, column)`` of each decorator expression."""
     body: tuple[int, int]
     """``(line, column)`` of the first statement of the body."""
+    statements: tuple[StatementSpan, ...] = ()
+    """Of an ``__init__``, the statements of its body (a class in it is one too); () for other functions: of a
+    class's constructor a codemod reads a few lines (``outline``'s ``reads_statement``), of the others all or none."""
 
     @property
     def first(self) -> int:
@@ -103,6 +106,10 @@ def _span(cls: Optional[str], index: int, node: ast.stmt) -> Union[FunctionSpan,
     """A function's span, or any other statement's (a class in a class is one of those: compound, always kept)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return _function(cls, node)
+    return _statement(node, index)
+
+
+def _statement(node: ast.stmt, index: int) -> StatementSpan:
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         kind = "import"
     elif index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
@@ -117,7 +124,9 @@ def _span(cls: Optional[str], index: int, node: ast.stmt) -> Union[FunctionSpan,
 def _function(cls: Optional[str], node: Union[ast.FunctionDef, ast.AsyncFunctionDef]) -> FunctionSpan:
     decorators = tuple((d.lineno, d.col_offset) for d in node.decorator_list)
     body = (node.body[0].lineno, node.body[0].col_offset)
-    return FunctionSpan(cls, node.name, node.lineno, node.col_offset, node.end_lineno or node.lineno, decorators, body)
+    statements = tuple(_statement(child, i) for i, child in enumerate(node.body)) if node.name == "__init__" else ()
+    last = node.end_lineno or node.lineno
+    return FunctionSpan(cls, node.name, node.lineno, node.col_offset, last, decorators, body, statements)
 
 
 class Layouts:

@@ -14,6 +14,7 @@ from helpers.cli import run_cli
 from vllm_eagle3_patch.codemod.family import Family, FoundWrapper, Wrapper
 from vllm_eagle3_patch.codemod.patch import Options, State, Verdict
 from vllm_eagle3_patch.discovery import Discovery, decoder, encode
+from vllm_eagle3_patch.eagle3.python_layout import Layouts, layout_of, python_tree, source_digest
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.verdict_cache import StateCache
 
@@ -53,9 +54,10 @@ def test_a_second_status_answers_from_hashes_without_importing_libcst(release, t
     second, second_imports = status(package_dir, tmp_path / "cache")
     assert first == second and first["state"] == "unpatched"
     assert "libcst" in first_imports and "libcst" not in second_imports
-    # one verdict per target file, the families found by rule in the registry, and what the tree's files held
-    assert len(list((tmp_path / "cache").glob("*.json"))) == len(first["targets"]) + 2
-    assert len(list((tmp_path / "cache").glob("scan-*.json"))) == 1
+    # one verdict per target file and the families found by rule in the registry; beside them, what the tree's
+    # files held and where their statements lie
+    assert len(verdicts(tmp_path / "cache")) == len(first["targets"]) + 1
+    assert [len(list((tmp_path / "cache").glob(f"{kind}-*.json"))) for kind in ("scan", "layouts")] == [1, 1]
 
 
 def test_another_tree_of_the_same_release_reuses_the_families_found_and_an_edited_one_does_not(release, tmp_path):
@@ -74,8 +76,9 @@ def test_another_tree_of_the_same_release_reuses_the_families_found_and_an_edite
 
 
 def verdicts(cache: Path) -> set[Path]:
-    """The cache's verdicts, without the memo of what each tree's files held (one per tree: ``scan-*.json``)."""
-    return set(cache.glob("*.json")) - set(cache.glob("scan-*.json"))
+    """The cache's verdicts, without what each tree's files held (``scan-*.json``) and where the statements of a
+    release's files lie (``layouts-*.json``)."""
+    return set(cache.glob("*.json")) - set(cache.glob("scan-*.json")) - set(cache.glob("layouts-*.json"))
 
 
 def status_after_edit(package_dir: Path, cache: Path, relative: str, old: str, new: str) -> tuple[dict, str]:
@@ -174,3 +177,25 @@ def test_a_cached_discovery_keeps_apart_two_families_of_one_name():
     assert back.architectures["QuantMixtralForCausalLM"].forward_from.path.endswith("/mixtral.py")
     assert back.wrappers["ToyVL"].family.path.endswith("/mixtral.py")
     assert back == found
+
+
+def test_the_layouts_a_command_keeps_are_what_parsing_gives_and_a_later_diff_writes_the_same(release, tmp_path):
+    """``status`` keeps where the statements of each file it laid out lie (by the digest of its text); a later
+    ``diff`` of another tree of the release takes them instead of parsing, and writes exactly what a ``diff``
+    that parsed every file writes.  Damaged, they are not used."""
+    cache = tmp_path / "cache"
+    package_dir = release("0.34.0")
+    status(package_dir, cache)
+    (kept,) = cache.glob("layouts-*.json")
+    encoded = json.loads(kept.read_text())
+    sources = {source_digest(text): text for text in (p.read_text() for p in package_dir.rglob("*.py"))}
+    assert len(encoded) > 200 and set(encoded) <= set(sources)
+    layouts = Layouts(lambda: encoded)
+    for digest in encoded:
+        assert layouts.of(sources[digest]) == layout_of(python_tree(sources[digest]))
+    env = {"VLLM_EAGLE3_PATCH_VERDICT_CACHE": str(cache)}
+    taken = run_cli("--vllm-dir", str(release("0.34.0")), "diff", env=env)
+    parsed = run_cli("--vllm-dir", str(release("0.34.0")), "diff", env={"VLLM_EAGLE3_PATCH_VERDICT_CACHE": ""})
+    assert taken.returncode == parsed.returncode == 0 and taken.stdout == parsed.stdout and taken.stdout
+    kept.write_text("[not a dict]")
+    assert run_cli("--vllm-dir", str(package_dir), "diff", env=env).stdout == parsed.stdout

@@ -12,9 +12,10 @@ from typing import Callable, Iterable, Optional
 from .catalog import FAMILIES, planned_patches
 from .codemod.cst_tools import import_libcst_now
 from .codemod.patch import Options, Patch, Policy, State, Verdict
-from .codemod.two_processes import judge_all
+from .codemod.two_processes import judge_all, on_two_processes
 from .discovery import Discovery, decoder, discover, encode, serving
 from .eagle3.class_chain import ChainReader
+from .eagle3.python_layout import Layouts
 from .eagle3.release import Release
 from .errors import ToolError
 from .install.journal import Interruption
@@ -23,7 +24,7 @@ from .install.manifest import FileRecord, Manifest, StateDir, sha256
 from .install.record import Comparison, RecordCheck, compare_original
 from .patch_kinds import Found
 from .plan_facts import Families, FileFact, FileReason, Standing
-from .verdict_cache import ScanFile, StateCache, default_directory
+from .verdict_cache import LayoutFile, ScanFile, StateCache, default_directory
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,13 @@ def make_plan(
     recorded = _recorded_options(manifest)
     if options is None:
         options = recorded
-    release = Release(install.package_dir, memo=ScanFile(default_directory(), install.package_dir))
+    layouts = LayoutFile(default_directory(), install.version)
+    release = Release(
+        install.package_dir, layouts=Layouts(layouts.load), memo=ScanFile(default_directory(), install.package_dir)
+    )
+    if not states_only:  # the judges need LibCST: imported here while a child searches the tree for the release
+        (searched,) = on_two_processes([release.tree.search_all], meanwhile=import_libcst_now, few=1)
+        release.tree.take_searches(searched)
     discovery = StateCache(default_directory()).remember(
         f"families found by rule in vLLM {install.version}",  # any tree of the release: each file read is checked
         _as_installed(release, state_dir, manifest),
@@ -174,7 +181,7 @@ def make_plan(
         options,
         recorded,
         Originals(install, accept_modified),
-        JudgedAhead() if states_only else judge_ahead(release, options, manifest, patches),
+        JudgedAhead() if states_only else judge_ahead(release, options, manifest, patches, layouts.keep),
         StateCache(default_directory()) if states_only else None,
         unreadable,
     )
@@ -184,6 +191,8 @@ def make_plan(
         planned_patches(replace(found, eagle3=eagle3), after_model_files=True), wanted, release, manifest
     )
     files += _plan_patches(context, manifest, later)
+    if states_only:  # apply and diff keep them while their judges work
+        layouts.keep(release.layouts)
     if not files:
         raise ToolError(f"{install.package_dir}: none of the files this tool patches is there")
     files.sort(key=lambda file: file.path)
@@ -295,9 +304,14 @@ class JudgedAhead:
 
 
 def judge_ahead(
-    release: Release, options: Options, manifest: Optional[Manifest], patches: tuple[Patch, ...]
+    release: Release,
+    options: Options,
+    manifest: Optional[Manifest],
+    patches: tuple[Patch, ...],
+    keep_layouts: Callable[[Layouts], None] = lambda layouts: None,
 ) -> JudgedAhead:
-    """The files of ``patches`` not yet patched (one patch per file), judged with ``options``."""
+    """The files of ``patches`` not yet patched (one patch per file), judged with ``options``; the layouts found
+    so far are kept (``keep_layouts``) while the second process judges."""
     patched = set(manifest.files) if manifest else set()
     sources: dict[str, tuple[Patch, str]] = {}
     for patch in patches:
@@ -308,7 +322,7 @@ def judge_ahead(
             except (OSError, UnicodeDecodeError):
                 pass
     jobs = [lambda t=t, s=s: t.examine(s, release, options) for t, s in sources.values()]
-    verdicts = judge_all(jobs, [len(source) for _, source in sources.values()])
+    verdicts = judge_all(jobs, [len(source) for _, source in sources.values()], lambda: keep_layouts(release.layouts))
     return JudgedAhead(
         {path: Judged(source, verdict) for (path, (_, source)), verdict in zip(sources.items(), verdicts)}
     )

@@ -25,6 +25,7 @@ from typing import Callable, Optional, TypeVar
 
 from . import patches
 from .codemod.patch import Options, Patch, State, Verdict
+from .eagle3.python_layout import Layouts
 from .eagle3.release import ReadFile, Release
 from .eagle3.tree import Held
 from .install.fileio import write_atomically
@@ -203,3 +204,39 @@ class ScanFile:
             write_atomically(self.path, data.encode("utf-8"), concurrent=True)
         except OSError:
             pass  # a read-only or full home directory: no memo, same answer
+
+
+class LayoutFile:
+    """Where the statements of each file of one release lie (``python_layout.Layouts``), by the digest of the
+    file's text, kept in the cache directory by the release and this tool's code: discovery parses every model
+    file and lays it out on the way, and where a later command takes discovery's answer from the cache, its
+    judges would otherwise parse each file they judge once more only to lay it out."""
+
+    def __init__(self, directory: Optional[Path], version: str, fingerprint: Callable[[], str] = tool_fingerprint):
+        self._fingerprint = fingerprint
+        self._version = version
+        self._directory = directory
+
+    @property
+    def path(self) -> Optional[Path]:
+        if self._directory is None:
+            return None
+        key = json.dumps(["layouts", self._fingerprint(), self._version]).encode()
+        return self._directory / f"layouts-{hashlib.sha256(key).hexdigest()}.json"
+
+    def load(self) -> dict[str, list]:
+        try:
+            assert self.path is not None
+            layouts = json.loads(self.path.read_text(encoding="utf-8"))
+            return layouts if isinstance(layouts, dict) else {}
+        except (AssertionError, OSError, ValueError):
+            return {}
+
+    def keep(self, layouts: Layouts) -> None:
+        path, kept = self.path, layouts.to_keep()
+        if path is None or kept is None:
+            return
+        try:
+            write_atomically(path, json.dumps(kept, separators=(",", ":")).encode("utf-8"), concurrent=True)
+        except OSError:
+            pass  # no cache: the next command lays the files out again

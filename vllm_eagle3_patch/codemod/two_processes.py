@@ -29,11 +29,15 @@ _INDEX = 4
 """Bytes per job index in the queue."""
 
 
-def judge_all(jobs: Sequence[Callable[[], Verdict]], weights: Optional[Sequence[float]] = None) -> list[Verdict]:
+def judge_all(
+    jobs: Sequence[Callable[[], Verdict]],
+    weights: Optional[Sequence[float]] = None,
+    meanwhile: Callable[[], object] = lambda: None,
+) -> list[Verdict]:
     """``job()`` for every job, in order, each verdict with its patched text (a codemod bug raises in the
-    process judging: the text is written out and compiled there)."""
+    process judging: the text is written out and compiled there); ``meanwhile`` as for :func:`on_two_processes`."""
     encoded = [lambda job=job: _encoded(job()) for job in jobs]  # typed here: mypy cannot type it as an argument
-    answers = on_two_processes(encoded, weights)
+    answers = on_two_processes(encoded, weights, meanwhile)
     return [Verdict.written(State(state), reason, text) for state, reason, text in answers]
 
 
@@ -41,12 +45,13 @@ def on_two_processes(
     jobs: Sequence[Callable[[], T]],
     weights: Optional[Sequence[float]] = None,
     meanwhile: Callable[[], object] = lambda: None,
+    few: int = FEW,
 ) -> list[T]:
     """``job()`` for every job, in order; a share of them in a forked child (results must pickle).
 
     ``meanwhile`` is work this process needs anyway and the child does not: it runs here first, while the
-    child starts on the queue, which then leaves this process fewer jobs."""
-    if not FEW <= len(jobs) <= MANY or not hasattr(os, "fork"):
+    child starts on the queue, which then leaves this process fewer jobs.  Below ``few`` jobs they run here."""
+    if not few <= len(jobs) <= MANY or not hasattr(os, "fork"):
         meanwhile()
         return [job() for job in jobs]
     order = sorted(range(len(jobs)), key=lambda i: -weights[i]) if weights else range(len(jobs))

@@ -9,9 +9,10 @@ the release's :class:`Layouts`, and judging the file (in the same process or a f
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 import warnings
-from typing import NamedTuple, Optional, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\n)|[^\r\n]+$")
 
@@ -130,19 +131,72 @@ def _function(cls: Optional[str], node: Union[ast.FunctionDef, ast.AsyncFunction
 
 
 class Layouts:
-    """Layouts by source text, kept for one command: a file read by discovery is laid out once."""
+    """Layouts by source text, kept for one command: a file read by discovery is laid out once.  ``kept`` loads
+    the layouts an earlier command found, by the digest of their source (``verdict_cache.LayoutFile``): where
+    discovery's answer comes from the cache, ``apply`` lays out no file it judges again."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept: Callable[[], Mapping[str, list]] = dict) -> None:
         self._by_source: dict[str, Optional[Layout]] = {}
+        self._load_kept = kept
+        self._kept: Optional[Mapping[str, list]] = None
+        self._found: set[str] = set()
+        """The sources laid out in this command: parsed here, or by discovery (:meth:`remember`)."""
 
     def of(self, source: str) -> Optional[Layout]:
         """``source``'s layout; None where the standard library cannot parse it."""
         if source not in self._by_source:
+            encoded = self._kept_layouts().get(source_digest(source))
+            if encoded is not None:
+                self._by_source[source] = tuple(_decoded(span) for span in encoded)
+                return self._by_source[source]
             try:
                 self._by_source[source] = layout_of(python_tree(source))
             except (SyntaxError, ValueError):
                 self._by_source[source] = None
+            self._found.add(source)
         return self._by_source[source]
 
     def remember(self, source: str, layout: Optional[Layout]) -> None:
         self._by_source[source] = layout
+        self._found.add(source)
+
+    def to_keep(self) -> Optional[dict[str, list]]:
+        """The layouts kept and those found in this command, by source digest, as JSON lists; None where none
+        was found that was not kept already."""
+        if not self._found:
+            return None
+        kept = self._kept_layouts()
+        found = {source_digest(source): self._by_source[source] for source in self._found}
+        new = {digest: [_encoded(span) for span in layout] for digest, layout in found.items() if layout}
+        return {**kept, **new} if any(digest not in kept for digest in new) else None
+
+    def _kept_layouts(self) -> Mapping[str, list]:
+        if self._kept is None:
+            self._kept = self._load_kept()
+        return self._kept
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _encoded(span: Span) -> list:
+    if isinstance(span, ClassSpan):
+        return ["class", span.name, span.first, span.last, [_encoded(s) for s in span.body]]
+    if isinstance(span, FunctionSpan):
+        statements = [_encoded(s) for s in span.statements]
+        return ["def", span.cls, span.name, span.line, span.column, span.last, span.decorators, span.body, statements]
+    return ["statement", *span]
+
+
+def _decoded(data: list) -> Any:
+    kind, *fields = data
+    if kind == "class":
+        name, first, last, body = fields
+        return ClassSpan(name, first, last, tuple(_decoded(s) for s in body))
+    if kind == "def":
+        cls, name, line, column, last, decorators, body, statements = fields
+        decorated = tuple(tuple(d) for d in decorators)
+        kept = tuple(_decoded(s) for s in statements)
+        return FunctionSpan(cls, name, line, column, last, decorated, tuple(body), kept)
+    return StatementSpan(*fields)

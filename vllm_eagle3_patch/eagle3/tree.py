@@ -127,9 +127,21 @@ class Tree:
             self._searched(literal, found)
         return found
 
+    def search_all(self) -> dict[str, tuple[str, ...]]:
+        """Every search asked of this tree so far and every expected one, answered (one pass): what another
+        process's copy of the tree takes with :meth:`take_searches`."""
+        self._found.update(self._scan(set(self.expected) - set(self._found)))
+        return dict(self._found)
+
+    def take_searches(self, found: Mapping[str, tuple[str, ...]]) -> None:
+        """Answers :meth:`search_all` gave in another process for this same tree: not searched again here."""
+        self._found.update(found)
+
     def _scan(self, literals: set[str]) -> dict[str, tuple[str, ...]]:
         """One pass over the files for every literal of ``literals``.  With a memo, a file whose identity is the
         one it had when last scanned for all of them is not read: what it held then, it holds now."""
+        if not literals:
+            return {}
         scanned, before = self.memo.recall() if self.memo is not None else (frozenset(), {})
         if not literals <= scanned:  # a literal no kept answer covers: every file is read, for all of them
             scanned, before = frozenset(literals) | scanned, {}

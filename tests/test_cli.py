@@ -265,12 +265,15 @@ def test_a_failure_on_the_second_file_restores_the_first(release, monkeypatch):
     real_commit = Staged.commit
     renamed, failed = [], []
 
+    def of_vllm(path: Path) -> bool:  # not the tool's state, not its cache in the user's directory
+        return package_dir in path.parents and STATE_DIR not in path.parts
+
     def fail_on_the_second_file_of_vllm(staged):
-        if STATE_DIR not in staged.path.parts and len(renamed) == 1 and not failed:
+        if of_vllm(staged.path) and len(renamed) == 1 and not failed:
             failed.append(staged.path)
             raise OSError(28, "No space left on device")
         real_commit(staged)
-        if STATE_DIR not in staged.path.parts:
+        if of_vllm(staged.path):
             renamed.append(staged.path)
 
     monkeypatch.setattr(Staged, "commit", fail_on_the_second_file_of_vllm)

@@ -74,11 +74,7 @@ class StateCache:
         reads: dict[str, Optional[str]] = {}
         found: dict[str, Optional[str]] = {}
         verdict = patch.examine(source, _recorded(release, reads, found), options)
-        entry = {"state": verdict.state.value, "reason": verdict.reason, "reads": reads, "found": found}
-        try:
-            write_atomically(path, json.dumps(entry).encode("utf-8"), concurrent=True)
-        except OSError:
-            pass  # a read-only or full home directory: no cache, same answer
+        _keep(path, {"state": verdict.state.value, "reason": verdict.reason, "reads": reads, "found": found})
         return _state_only(verdict)
 
     def remember(
@@ -107,11 +103,7 @@ class StateCache:
         reads: dict[str, Optional[str]] = {}
         found: dict[str, Optional[str]] = {}
         value = compute(_recorded(release, reads, found))
-        try:
-            entry = {"reads": reads, "found": found, "value": encode(value)}
-            write_atomically(path, json.dumps(entry).encode("utf-8"), concurrent=True)
-        except OSError:
-            pass
+        _keep(path, {"reads": reads, "found": found, "value": encode(value)})
         return value
 
     def _key(self, patch: Patch, source: str, options: Options) -> str:
@@ -164,6 +156,15 @@ def _recording(read: ReadFile, reads: dict[str, Optional[str]]) -> ReadFile:
     return recorded
 
 
+def _keep(path: Path, entry: object) -> None:
+    """``entry`` written to ``path`` as JSON, whole or not at all, without waiting for the disk: what a crash
+    loses is only asked again.  A read-only or full cache directory: no cache, the same answers."""
+    try:
+        write_atomically(path, json.dumps(entry, separators=(",", ":")).encode("utf-8"), concurrent=True, durable=False)
+    except OSError:
+        pass
+
+
 def _digest(text: Optional[str]) -> Optional[str]:
     return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -199,11 +200,7 @@ class ScanFile:
         order = sorted(literals)
         index = {literal: i for i, literal in enumerate(order)}
         files = {relative: (identity, sorted(index[h] for h in has)) for relative, (identity, has) in held.items()}
-        try:
-            data = json.dumps({"tool": self._fingerprint(), "literals": order, "files": files}, separators=(",", ":"))
-            write_atomically(self.path, data.encode("utf-8"), concurrent=True)
-        except OSError:
-            pass  # a read-only or full home directory: no memo, same answer
+        _keep(self.path, {"tool": self._fingerprint(), "literals": order, "files": files})
 
 
 class LayoutFile:
@@ -236,7 +233,4 @@ class LayoutFile:
         path, kept = self.path, layouts.to_keep()
         if path is None or kept is None:
             return
-        try:
-            write_atomically(path, json.dumps(kept, separators=(",", ":")).encode("utf-8"), concurrent=True)
-        except OSError:
-            pass  # no cache: the next command lays the files out again
+        _keep(path, kept)

@@ -21,17 +21,21 @@ def temporary_for(path: Path) -> Path:
     return path.parent / f".{path.name}{TEMPORARY_SUFFIX}"
 
 
-def write_atomically(path: Path, data: bytes, like: Optional[Path] = None, concurrent: bool = False) -> None:
+def write_atomically(
+    path: Path, data: bytes, like: Optional[Path] = None, concurrent: bool = False, durable: bool = True
+) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
     The file keeps its permission bits; a new one takes those of ``like`` (else the temporary
     file's, 0600).  Renames within a directory are atomic on POSIX, so readers (and a process
     killed mid-way) see one version or the other.  The temporary file is :func:`temporary_for`
     ``path`` (the writer holds the lock: no other writes it), or with ``concurrent`` (a cache many
-    processes write at once, outside vLLM) a unique name.
+    processes write at once, outside vLLM) a unique name.  Without ``durable`` nothing is fsynced: a cache,
+    which a crash may leave empty or old, and whose readers check what they read.
     """
-    _stage(path, data, like, concurrent).commit()
-    _fsync_directory(path.parent)
+    _stage(path, data, like, concurrent, durable).commit()
+    if durable:
+        _fsync_directory(path.parent)
 
 
 @dataclass(frozen=True)
@@ -125,8 +129,8 @@ def link_all(files: Sequence[tuple[Path, Path, Optional[bytes]]], like: Optional
         _fsync_directory(directory)
 
 
-def _stage(path: Path, data: bytes, like: Optional[Path], concurrent: bool = False) -> Staged:
-    """``data`` in the temporary file of ``path``, fsynced."""
+def _stage(path: Path, data: bytes, like: Optional[Path], concurrent: bool = False, durable: bool = True) -> Staged:
+    """``data`` in the temporary file of ``path``, fsynced (unless not ``durable``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = file_mode(path) if path.exists() else (file_mode(like) if like is not None else None)
     if concurrent:
@@ -139,7 +143,8 @@ def _stage(path: Path, data: bytes, like: Optional[Path], concurrent: bool = Fal
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
-            os.fsync(stream.fileno())
+            if durable:
+                os.fsync(stream.fileno())
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -29,7 +29,14 @@ from vllm_eagle3_patch.codemod.cst_tools import (
 from vllm_eagle3_patch.codemod.patch import Unrecognised
 from vllm_eagle3_patch.eagle3 import loop_shapes
 from vllm_eagle3_patch.eagle3.loop_shapes import LoopMatch
-from vllm_eagle3_patch.eagle3.python_layout import ClassSpan, Layouts, class_tree, python_tree, source_lines
+from vllm_eagle3_patch.eagle3.python_layout import (
+    ClassSpan,
+    Layouts,
+    MisSplit,
+    class_tree,
+    python_tree,
+    source_lines,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import TypeGuard  # typing's from Python 3.10; only read by the type checker
@@ -254,17 +261,27 @@ def layers_ignoring_the_residual(source: str, model: str, layouts: Layouts) -> b
 
 def _classes(source: str, layouts: Layouts) -> Callable[[str], Optional[ast.ClassDef]]:
     """The module-level class of a name (the last of that name, as Python binds it), parsed alone where the
-    layout has it; a source with lone ``\\r`` line ends, which the layout's lines do not number, whole."""
+    layout has it; the file whole where its lines are not numbered as the layout's (lone ``\\r`` line ends) or
+    the class is not where the layout says (``python_layout.MisSplit``)."""
     layout = layouts.of(source)
     if layout is None:
         raise SyntaxError("the standard library cannot parse this file")
     if "\r" in source.replace("\r\n", ""):
-        tree = python_tree(source)
-        whole = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-        return whole.get
+        return _whole_classes(source).get
     spans = {span.name: span for span in layout if isinstance(span, ClassSpan)}
     lines = source_lines(source)
-    return lambda name: class_tree(lines, spans[name]) if name in spans else None
+
+    def parsed(name: str) -> Optional[ast.ClassDef]:
+        try:
+            return class_tree(lines, spans[name]) if name in spans else None
+        except MisSplit:
+            return _whole_classes(source).get(name)
+
+    return parsed
+
+
+def _whole_classes(source: str) -> dict[str, ast.ClassDef]:
+    return {node.name: node for node in python_tree(source).body if isinstance(node, ast.ClassDef)}
 
 
 def _ast_method(cls: Optional[ast.ClassDef], name: str) -> Optional[ast.FunctionDef]:

@@ -9,14 +9,19 @@ from __future__ import annotations
 import pytest
 
 from vllm_eagle3_patch.codemod.outline import outline
+from vllm_eagle3_patch.eagle3.class_chain import read_model_file
 from vllm_eagle3_patch.eagle3.python_layout import (
     ClassSpan,
     FunctionSpan,
     Layouts,
+    MisSplit,
     StatementSpan,
+    class_body,
     class_tree,
     layout_of,
     python_tree,
+    source_lines,
+    split_module,
 )
 from vllm_eagle3_patch.patches.decoder_loop import layers_ignoring_the_residual
 
@@ -57,7 +62,8 @@ def test_the_layout_says_where_each_function_class_and_method_lies():
     assert imported == StatementSpan(1, 0, 1, "import")
     assert helper == FunctionSpan(None, "helper", 7, 0, 7, ((4, 1),), (7, 15)) and helper.first == 4
     assert isinstance(layer, ClassSpan) and (layer.name, layer.first, layer.last) == ("Layer", 10, 15)
-    assert [(m.cls, m.name, m.first, m.line, m.last) for m in model.methods] == [
+    methods = [m for m in model.body if isinstance(m, FunctionSpan)]
+    assert [(m.cls, m.name, m.first, m.line, m.last) for m in methods] == [
         ("Model", "__init__", 19, 19, 20),
         ("Model", "forward", 22, 23, 26),
     ]
@@ -103,3 +109,93 @@ def test_every_other_statement_has_its_kind():
     source = '"""Doc."""\nimport a\nx = 1\nif x:\n    pass\nmatch x:\n    case 1:\n        pass\n"""Not a doc."""\n'
     kinds = [span.kind for span in layout_of(python_tree(source))]
     assert kinds == ["docstring", "import", "other", "compound", "compound", "other"]
+
+
+TRICKY = '''"""A module docstring whose lines start in column 0:
+class NotAClass(Base):
+    pass
+"""
+import os; import sys
+from x import (
+    a,
+)
+
+if os.name:
+    A = 1
+else:
+    A = 2
+
+
+@first
+@second(
+    1,
+)
+class Decorated(Base):
+    text = """
+    not = "a statement"
+    """
+
+    def f(self):  # a comment
+        return '#' + "'"
+
+    # the class's last comment
+
+
+def g():
+    return """x"""
+'''
+
+
+def test_a_file_is_split_at_its_classes_and_lays_out_as_when_parsed_whole():
+    split = split_module(TRICKY)
+    assert split is not None
+    lines = source_lines(TRICKY)
+    decorated = next(span for span in split.layout if isinstance(span, ClassSpan))
+    assert (decorated.name, decorated.first, decorated.last, decorated.body) == ("Decorated", 16, 26, None)
+    filled = tuple(
+        span._replace(body=class_body(class_tree(lines, span))) if isinstance(span, ClassSpan) else span
+        for span in split.layout
+    )
+    assert filled == layout_of(python_tree(TRICKY))
+    assert [type(node).__name__ for node in split.rest.body] == [
+        "Expr",
+        "Import",
+        "Import",
+        "ImportFrom",
+        "If",
+        "FunctionDef",
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class A:\n    def f(self):\n        return f(\n1)\nx = 2\n",  # a line in column 0 within brackets
+        "class A:\n    pass\r\nx = 1\rclass B: pass\n",  # a lone \r, which the layout's lines do not number
+        "def broken(:\n",
+    ],
+)
+def test_a_split_that_is_not_sure_gives_way_to_a_whole_parse(source):
+    assert split_module(source) is None
+    whole = Layouts().of(source)
+    try:
+        assert whole == layout_of(python_tree(source))
+    except SyntaxError:
+        assert whole is None
+
+
+MISPLACED = 'class A:\n    x = """\n# the end of a string, not a comment"""\n\n\ndef f():\n    return 1\n'
+"""The split takes the string's last line for a comment after the class: the class is not where it says."""
+
+
+def test_a_class_that_is_not_where_the_split_put_it_is_read_from_the_whole_file():
+    split = split_module(MISPLACED)
+    assert split is not None and split.layout[0] == ClassSpan("A", 1, 2, None)
+    with pytest.raises(MisSplit):
+        class_tree(source_lines(MISPLACED), split.layout[0])  # type: ignore[arg-type]
+    keep_all = lambda function: True
+    parsed = outline(MISPLACED, keep_all, keep_class=lambda name: True)
+    assert parsed.restore(parsed.text) == MISPLACED
+    module = read_model_file("models.m", MISPLACED, False, ("A",))
+    assert module is not None and module.layout == layout_of(python_tree(MISPLACED))
+    assert set(module.classes) == {"A"}

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Optional, Sequence
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
 
-from ..eagle3.python_layout import ClassSpan, FunctionSpan, Layouts, Span, StatementSpan, source_lines
+from ..eagle3.python_layout import ClassSpan, FunctionSpan, Layouts, MisSplit, Span, StatementSpan, source_lines
 
 
 class Function(NamedTuple):
@@ -105,7 +105,8 @@ def outline(
     whole = Outline(source, (), "")
     if "\r" in source.replace("\r\n", ""):
         return whole
-    layout = (layouts or Layouts()).of(source)
+    layouts = layouts or Layouts()
+    layout = layouts.of(source)
     if layout is None:
         return whole
     lines = source_lines(source)
@@ -113,8 +114,14 @@ def outline(
     bodies: list[str] = []
     parts: list[str] = []
     done = 0  # lines[:done] are in parts
-    reading = _Reading(lines, keep, keep_class, sees, sees_statement, reads_statement)
-    for first, last, stands_for in reading.set_aside(None, layout):
+    body_of = lambda span: layouts.body(source, lines, span)
+    reading = _Reading(lines, keep, keep_class, sees, sees_statement, reads_statement, body_of)
+    try:
+        pieces = list(reading.set_aside(None, layout))
+    except MisSplit:  # a class is not where the split put it: the file laid out whole
+        layout = layouts.whole(source)
+        pieces = list(reading.set_aside(None, layout)) if layout is not None else []
+    for first, last, stands_for in pieces:
         body = "".join(lines[first - 1 : last])
         indent = body[: len(body) - len(body.lstrip(" \t"))]
         newline = body[len(body.rstrip("\r\n")) :]
@@ -151,6 +158,8 @@ class _Reading:
     sees: Optional[Sees]
     sees_statement: Optional[SeesStatement]
     reads_statement: Optional[ReadsStatement] = None
+    body: Callable[[ClassSpan], tuple[Union[FunctionSpan, StatementSpan], ...]] = lambda span: span.body or ()
+    """A class's body (``Layouts.body``: parsed where the layout does not know it yet)."""
 
     def set_aside(self, cls: Optional[str], spans: Sequence[Span]) -> Iterator[_Piece]:
         """The pieces to set aside of one body (the module's, or a class's), in source order: neighbours
@@ -187,7 +196,7 @@ class _Reading:
     def _inside(self, span: Span) -> Iterator[_Piece]:
         """What to set aside inside a piece read: a class's body, a function's body."""
         if isinstance(span, ClassSpan):
-            yield from self.set_aside(span.name, span.body)
+            yield from self.set_aside(span.name, self.body(span))
         elif isinstance(span, FunctionSpan) and _body_on_own_lines(span, self.lines):
             if not self.keep(self._function(span)):
                 yield _Piece(span.body[0], span.last, _WHOLE)

@@ -12,12 +12,24 @@ from __future__ import annotations
 import ast
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from .loop_shapes import may_be_a_decoder_loop
 from .modules import path_of, registry_module
 from .platforms import cuda_binding
-from .python_layout import Layout, Layouts, layout_of, python_tree
+from .python_layout import (
+    ClassBody,
+    ClassSpan,
+    Layout,
+    Layouts,
+    MisSplit,
+    class_body,
+    class_tree,
+    layout_of,
+    python_tree,
+    source_lines,
+    split_module,
+)
 from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 
 RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
@@ -88,8 +100,9 @@ class ChainReader:
         self._layouts = layouts or Layouts()
         """Each file's layout, kept as it is parsed: the judge lays out many of the same files."""
         self._parsed: dict[str, Optional[_Module]] = {}
-        self._unread: Optional[set[str]] = None
-        """While the chains' files are read ahead: the modules a chain asked for that are not parsed yet."""
+        self._unread: Optional[dict[str, set[str]]] = None
+        """While the chains' files are read ahead: the modules a chain asked for that are not parsed yet, each with
+        the classes asked for."""
 
     def registered(self, module: str, name: str) -> Optional[Chain]:
         """The chain of a registry entry (``("llama", "LlamaForCausalLM")``)."""
@@ -121,8 +134,8 @@ class ChainReader:
         if parsed is None:
             return None
         simple = base.rsplit(".", 1)[-1]
-        if simple in parsed.classes and "." not in base:
-            return parsed.classes[simple]
+        if simple in parsed.spans and "." not in base:
+            return self._info(module, parsed, simple)
         imported = parsed.imports.get(simple)
         if imported is not None:
             return self._class(*imported)
@@ -133,7 +146,7 @@ class ChainReader:
         import of it (``nvidia/``, ``amd/``, the generic model file), where it imports it from more than one
         module: which one a process gets depends on its platform, so each must be judged.  () elsewhere."""
         parsed = self._module(module)
-        if parsed is None or name in parsed.classes or len(parsed.variants.get(name, ())) < 2:
+        if parsed is None or name in parsed.spans or len(parsed.variants.get(name, ())) < 2:
             return ()
         found = (self._class(*binding) for binding in parsed.variants[name])
         return tuple(dict.fromkeys(cls for cls in found if cls is not None))
@@ -149,28 +162,44 @@ class ChainReader:
         """``name`` as a class ``module``'s own file defines (what :meth:`resolve` finds there, without reading
         the files the others are imported from)."""
         parsed = self._module(module)
-        return parsed.classes.get(name) if parsed is not None and "." not in name else None
+        return self._info(module, parsed, name) if parsed is not None and name in parsed.spans else None
 
     def _class(self, module: str, name: str, hops: int = 8) -> Optional[ClassInfo]:
         """``module.name``, following re-exports (a package's ``__init__`` importing the class from
         the module that defines it; where it imports per platform, the last binding: the generic one)."""
-        parsed = self._module(module)
+        parsed = self._module(module, name)
         if parsed is None:
             return None
-        if name in parsed.classes:
-            return parsed.classes[name]
+        if name in parsed.spans:
+            return self._info(module, parsed, name)
         imported = parsed.imports.get(name)
         return self._class(*imported, hops - 1) if imported is not None and hops > 0 else None
 
-    def read_ahead(self, modules: Iterable[str], run_all: RunAll = _run_here) -> None:
-        """Parse ``modules`` now, the jobs run by ``run_all`` (discovery's runs them on two processes):
-        finding the families reads every registered model file.  The files are read here, through the
-        reader, so that a reader recording what was read sees them all."""
-        wanted = [module for module in dict.fromkeys(modules) if module not in self._parsed]
-        sources = [self._source(module) for module in wanted]
-        jobs = [lambda module=module, found=found: _parse(module, *found) for module, found in zip(wanted, sources)]
+    def _info(self, module: str, parsed: _Module, name: str) -> Optional[ClassInfo]:
+        """A class of a file read (``name in parsed.spans``), parsed now where it was not yet; where it is not where
+        the split put it, the file is parsed whole."""
+        if name not in parsed.classes:
+            source, is_package = self._source(module)
+            try:
+                read = _read_classes(module, _Text(source or ""), parsed.spans, (name,))
+            except MisSplit:
+                whole = self._parsed[module] = read_model_file_whole(module, source, is_package)
+                return whole.classes.get(name) if whole is not None else None
+            parsed.classes.update((n, info) for n, (info, _) in read.items() if n not in parsed.classes)
+        return parsed.classes[name]
+
+    def read_ahead(self, wanted: Mapping[str, Iterable[str]], run_all: RunAll = _run_here) -> None:
+        """Parse the modules of ``wanted`` now, and of each the classes it names, the jobs run by ``run_all``
+        (discovery's runs them on two processes): finding the families reads every registered model file.  The
+        files are read here, through the reader, so that a reader recording what was read sees them all."""
+        modules = [module for module in wanted if module not in self._parsed]
+        sources = [self._source(module) for module in modules]
+        jobs = [
+            lambda module=module, found=found: read_model_file(module, found[0], found[1], tuple(wanted[module]))
+            for module, found in zip(modules, sources)
+        ]
         parsed = run_all(jobs, [len(source or "") for source, _ in sources])
-        self._parsed.update(zip(wanted, parsed))
+        self._parsed.update(zip(modules, parsed))
         for (source, _), module in zip(sources, parsed):
             if source is not None:
                 self._layouts.remember(source, module.layout if module is not None else None)
@@ -180,25 +209,27 @@ class ChainReader:
         ``run_all``: the classes' own files, then those their re-exports, bases and platform variants lead to,
         until no chain asks for a file not parsed yet.  Nothing is parsed here that :meth:`chain` would not parse."""
         classes = list(dict.fromkeys(classes))
-        modules = [module for module, _ in classes]
-        while modules:
-            self.read_ahead(modules, run_all)
-            self._unread = set()
+        wanted: dict[str, set[str]] = {}
+        for module, name in classes:
+            wanted.setdefault(module, set()).add(name)
+        while wanted:
+            self.read_ahead(wanted, run_all)
+            self._unread = {}
             try:
                 for module, name in classes:
                     self.chain(module, name)
                     for variant in self.platform_variants(module, name):  # each platform's class is judged
                         self.chain(variant.module, variant.name)
-                modules = sorted(self._unread)
+                wanted = dict(sorted(self._unread.items()))
             finally:
                 self._unread = None
 
-    def _module(self, module: str) -> Optional[_Module]:
+    def _module(self, module: str, name: Optional[str] = None) -> Optional[_Module]:
         if module not in self._parsed:
             if self._unread is not None:  # reading ahead: asked for next round
-                self._unread.add(module)
+                self._unread.setdefault(module, set()).update([name] if name else [])
                 return None
-            self._parsed[module] = _parse(module, *self._source(module))
+            self._parsed[module] = read_model_file(module, *self._source(module), [name] if name else [])
         return self._parsed[module]
 
     def _source(self, module: str) -> tuple[Optional[str], bool]:
@@ -212,6 +243,9 @@ class ChainReader:
 @dataclass(frozen=True)
 class _Module:
     classes: dict[str, ClassInfo]
+    """The classes read so far (the others of ``spans`` are read when asked for: :meth:`ChainReader._info`)."""
+    spans: dict[str, ClassSpan]
+    """Every module-level class, by name (the last of a name, as Python binds it)."""
     imports: dict[str, tuple[str, str]]
     """A name bound by ``from .x import Y [as Z]`` -> (``x``, ``Y``)."""
     layout: Layout
@@ -221,41 +255,58 @@ class _Module:
     """Of ``variants``, the binding a CUDA process runs (None: the guards cannot tell)."""
 
 
-def _parse(module: str, source: Optional[str], is_package: bool = False) -> Optional[_Module]:
+def read_model_file(
+    module: str, source: Optional[str], is_package: bool = False, wanted: Iterable[str] = ()
+) -> Optional[_Module]:
+    """The file's imports, its classes' places, and the classes ``wanted`` read, with those of the file they build
+    or inherit from (what a chain asks next); the file split at its classes (``python_layout.split_module``), else,
+    or where a class is not where the split says, parsed whole."""
+    if source is None:
+        return None
+    split = split_module(source)
+    if split is not None:
+        try:
+            return _read_module(module, source, is_package, split.rest, split.layout, wanted)
+        except MisSplit:
+            pass
+    return read_model_file_whole(module, source, is_package)
+
+
+def read_model_file_whole(module: str, source: Optional[str], is_package: bool) -> Optional[_Module]:
+    """What :func:`read_model_file` finds, every class read, from the file parsed whole."""
     if source is None:
         return None
     try:
         tree = python_tree(source)
     except (SyntaxError, ValueError):
         return None
-    lines = source.splitlines()
-    collecting = _mentions_collecting(source)
+    return _read_module(module, source, is_package, tree, layout_of(tree), None)
 
-    def upstream(node: Union[ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef]) -> bool:
-        """Not added by this tool: the chain is judged as vLLM wrote it, patched or not."""
-        first, body = node.lineno - 1, node.body[0].lineno - 1
-        return not any(MARKER in line for line in lines[first : max(body, first + 1)])
 
-    classes = {
-        node.name: ClassInfo(
-            module,
-            node.name,
-            tuple(_dotted(base) for base in node.bases if upstream(node) or _dotted(base) != PROTOCOL),
-            frozenset(m for m in _methods(node) if upstream(_method(node, m))),
-            _built_in_init(node),
-            _forward_loops(node),
-            _forward_returns_from(node),
-            collecting and _forward_collects(node),
-            "encoder_outputs" in _forward_parameters(node),
-            _registered_in_init(node),
+def _read_module(
+    module: str, source: str, is_package: bool, tree: ast.Module, layout: Layout, wanted: Optional[Iterable[str]]
+) -> _Module:
+    """``tree`` is the whole file's where ``wanted`` is None (every class read from it), else the file's but its
+    classes (``SplitModule.rest``)."""
+    spans = {span.name: span for span in layout if isinstance(span, ClassSpan)}
+    text = _Text(source)
+    if wanted is None:
+        nodes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+        classes = {name: text.class_info(module, node) for name, node in nodes.items()}
+    else:
+        read = _read_classes(module, text, spans, wanted)
+        classes = {name: info for name, (info, _) in read.items()}
+        layout = tuple(
+            span._replace(body=read[span.name][1])
+            if isinstance(span, ClassSpan) and span.name in read and spans[span.name] is span
+            else span
+            for span in layout
         )
-        for node in tree.body
-        if isinstance(node, ast.ClassDef)
-    }
+        spans = {span.name: span for span in layout if isinstance(span, ClassSpan)}
     imports: dict[str, tuple[str, str]] = {}
     bindings: dict[str, list[tuple[str, str]]] = {}
-    for node in _statements(tree):
-        if isinstance(node, ast.ImportFrom):
+    for node in _statements(ast.Module([n for n in tree.body if not isinstance(n, ast.ClassDef)], [])):
+        if isinstance(node, ast.ImportFrom):  # a class's own imports bind nothing at module level
             source_module = _imported_module(module, node, is_package)
             if source_module is not None:
                 for alias in node.names:
@@ -264,7 +315,61 @@ def _parse(module: str, source: Optional[str], is_package: bool = False) -> Opti
     variants = {name: tuple(dict.fromkeys(found)) for name, found in bindings.items() if len(set(found)) > 1}
     resolve = lambda node: _imported_module(module, node, is_package)
     on_cuda = {name: cuda_binding(tree, name, resolve) for name in variants}
-    return _Module(classes, imports, layout_of(tree), variants, on_cuda)
+    return _Module(classes, spans, imports, layout, variants, on_cuda)
+
+
+def _read_classes(
+    module: str, text: _Text, spans: dict[str, ClassSpan], wanted: Iterable[str]
+) -> dict[str, tuple[ClassInfo, ClassBody]]:
+    """The classes ``wanted``, and those of the file they inherit from, or build in ``__init__`` and those build in
+    turn (what finding a family asks of them next: ``discovery._held_model``, ``_inner_decoder``), each parsed
+    alone, with their bodies' layouts."""
+    read: dict[str, tuple[ClassInfo, ClassBody]] = {}
+    pending = [(name, 0) for name in wanted if name in spans]
+    while pending:
+        name, built = pending.pop()
+        if name in read:
+            continue
+        node = class_tree(text.lines, spans[name])
+        info = text.class_info(module, node)
+        read[name] = (info, class_body(node))
+        pending += [(base, built) for base in info.bases if base in spans]
+        if built < _BUILT:
+            pending += [(callee, built + 1) for _, callee in info.holds if callee in spans]
+    return read
+
+
+_BUILT = 2
+"""How far :func:`_read_classes` follows what a class builds: its model, and what the model builds (OPT's decoder)."""
+
+
+class _Text:
+    """A model file's text, as reading its classes needs it."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines = source_lines(source)
+        """Numbered as the standard library numbers them (``class_tree``)."""
+        self._collecting = _mentions_collecting(source)
+
+    def class_info(self, module: str, node: ast.ClassDef) -> ClassInfo:
+        def upstream(node: Union[ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef]) -> bool:
+            """Not added by this tool: the chain is judged as vLLM wrote it, patched or not."""
+            first, body = node.lineno - 1, node.body[0].lineno - 1
+            return not any(MARKER in line for line in self.lines[first : max(body, first + 1)])
+
+        return ClassInfo(
+            module,
+            node.name,
+            tuple(_dotted(base) for base in node.bases if upstream(node) or _dotted(base) != PROTOCOL),
+            frozenset(m for m in _methods(node) if upstream(_method(node, m))),
+            _built_in_init(node),
+            _forward_loops(node),
+            _forward_returns_from(node),
+            self._collecting and _forward_collects(node),
+            "encoder_outputs" in _forward_parameters(node),
+            _registered_in_init(node),
+        )
 
 
 _BLOCKS = ("body", "handlers", "orelse", "finalbody", "cases")

@@ -2,19 +2,28 @@
 
 The outline (``codemod/outline.py``) sets aside the bodies a codemod does not read, and the decoder codemod reads
 a class or two with the standard library's parser: both need these lines, not the file's tree.  Finding the
-families by rule (``eagle3/class_chain.py``) parses every model file anyway, so it keeps each file's layout in
-the release's :class:`Layouts`, and judging the file (in the same process or a fork) does not parse it again.
+families by rule (``eagle3/class_chain.py``) reads every model file anyway, so it keeps each file's layout in
+the release's :class:`Layouts`, and judging the file (in the same process or a fork) does not lay it out again.
+
+Most of a model file is classes nobody reads (its attention, its MLP...), so a file is first split where its
+module-level classes start (:func:`split_module`, a scan of its lines that knows strings and comments): the rest
+of the file is parsed as one text with the classes' lines blanked, and a class only when it is read
+(:func:`class_tree`).  Each class parsed alone must start and end where the split said, and the blanked text's
+statements where the split said: where either is not so, the file is parsed whole.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import re
 import warnings
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\n)|[^\r\n]+$")
+_OTHER_LINE_ENDS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
+"""What ``str.splitlines`` ends a line at besides ``\\n`` and ``\\r\\n`` (a form feed...)."""
 
 
 class FunctionSpan(NamedTuple):
@@ -53,17 +62,17 @@ class StatementSpan(NamedTuple):
     ``try``, a class in a class...) or ``other``."""
 
 
+ClassBody = tuple[Union[FunctionSpan, StatementSpan], ...]
+
+
 class ClassSpan(NamedTuple):
     name: str
     first: int
     """The first line, decorators included."""
     last: int
-    body: tuple[Union[FunctionSpan, StatementSpan], ...]
-    """Its methods and other statements, in source order."""
-
-    @property
-    def methods(self) -> tuple[FunctionSpan, ...]:
-        return tuple(span for span in self.body if isinstance(span, FunctionSpan))
+    body: Optional[ClassBody]
+    """Its methods and other statements, in source order; None where the class has not been parsed yet
+    (:meth:`Layouts.body` parses it)."""
 
 
 Span = Union[FunctionSpan, ClassSpan, StatementSpan]
@@ -81,23 +90,149 @@ def python_tree(source: str) -> ast.Module:
 def source_lines(source: str) -> list[str]:
     """``source``'s lines, each with its line end, numbered as the layout numbers them (from 1) where ``source``
     has no lone ``\\r``: the standard library ends a line there too."""
-    return _LINE.findall(source)
+    return source.splitlines(keepends=True) if _OTHER_LINE_ENDS.search(source) is None else _LINE.findall(source)
+
+
+class MisSplit(SyntaxError):
+    """A class parsed alone is not where :func:`split_module` put it: the file is to be parsed whole."""
 
 
 def class_tree(lines: list[str], span: ClassSpan) -> ast.ClassDef:
-    """The standard library's tree of one module-level class, parsed alone: a file's other classes unread."""
-    cls = python_tree("".join(lines[span.first - 1 : span.last])).body[0]
-    assert isinstance(cls, ast.ClassDef), span.name
+    """The standard library's tree of one module-level class, parsed alone (its lines numbered as in the file): a
+    file's other classes unread.  Raises :class:`MisSplit` where those lines are not that class, whole."""
+    text = "\n" * (span.first - 1) + "".join(lines[span.first - 1 : span.last])
+    try:
+        body = python_tree(text).body
+    except (SyntaxError, ValueError) as error:
+        raise MisSplit(f"lines {span.first}-{span.last} are not a class: {error}") from None
+    cls = body[0] if len(body) == 1 else None
+    if not isinstance(cls, ast.ClassDef) or (cls.name, _first(cls), cls.end_lineno) != span[:3]:
+        raise MisSplit(f"lines {span.first}-{span.last} are not class {span.name}")
     return cls
 
 
+def class_body(cls: ast.ClassDef) -> ClassBody:
+    """Where each statement of a class's body lies (``cls`` numbered as in its file)."""
+    return tuple(_span(cls.name, i, child) for i, child in enumerate(cls.body))
+
+
+class SplitModule(NamedTuple):
+    """A file split at its module-level classes (:func:`split_module`)."""
+
+    layout: Layout
+    """The file's layout, every class's body unread (None)."""
+    rest: ast.Module
+    """The tree of everything but the classes (their lines blank): the imports, functions and assignments."""
+
+
+_STATEMENT_START = re.compile(r"\n(?:(@)|(class[ \t]+(\w+))|((?:else|elif|except|finally)\b)|[^\s#)\]}])")
+"""A line in column 0 that may start a module-level statement (the text searched starts with a line end): a
+decorator, a class (its name), a clause of one (``else:``, which does not start one), or anything else but a
+comment or a closing bracket."""
+_TRIPLE_QUOTES = ('"""', "'''")
+
+
+def split_module(source: str) -> Optional[SplitModule]:
+    """``source`` split at its module-level classes, or None where the split is not sure (a line in column 0 within
+    brackets, a lone ``\\r``...: the file is then parsed whole)."""
+    if "\r" in source.replace("\r\n", ""):
+        return None
+    starts = _statement_starts(source)
+    if starts is None:
+        return None
+    lines = source_lines(source)
+    rest_lines = list(lines)
+    classes: list[ClassSpan] = []
+    for (first, name), (after, _) in zip(starts, [*starts[1:], (len(lines) + 1, None)]):
+        if name is None:
+            continue
+        last = after - 1
+        while last > first and (not lines[last - 1].strip() or lines[last - 1].lstrip().startswith("#")):
+            last -= 1  # the blank lines and comments after the class
+        classes.append(ClassSpan(name, first, last, None))
+        rest_lines[first - 1 : after - 1] = ["\n"] * (after - first)
+    try:
+        rest = python_tree("".join(rest_lines))
+    except (SyntaxError, ValueError):
+        return None
+    if list(dict.fromkeys(_first(node) for node in rest.body)) != [first for first, name in starts if name is None]:
+        return None  # a statement the split did not see start, or one it saw that does not
+    items: list[tuple[int, Union[ClassSpan, ast.stmt]]] = [
+        *((s.first, s) for s in classes),
+        *((_first(n), n) for n in rest.body),
+    ]
+    ordered = [item for _, item in sorted(items, key=_line)]
+    layout = tuple(
+        item if isinstance(item, ClassSpan) else _span(None, index, item) for index, item in enumerate(ordered)
+    )
+    return SplitModule(layout, rest)
+
+
+def _statement_starts(source: str) -> Optional[list[tuple[int, Optional[str]]]]:
+    """The lines where a module-level statement may start (a decorated one at its first decorator), each with the
+    class's name where it is a class; None where a line in column 0 within a triple-quoted string lies in a class
+    (a string the search may misread: the class would not be checked where it ends)."""
+    strings = _triple_quoted(source)
+    string_starts = [start for start, _ in strings]
+    starts: list[tuple[int, Optional[str]]] = []
+    in_strings: list[int] = []
+    line, counted, decorated = 1, 0, False
+    for match in _STATEMENT_START.finditer("\n" + source):
+        offset = match.start()  # in ``source``: the line's first character
+        line += source.count("\n", counted, offset)
+        counted = offset
+        inside = bisect.bisect_left(string_starts, offset) - 1  # a string starting before the line
+        if inside >= 0 and strings[inside][1] > offset:
+            in_strings.append(line)
+        elif match.group(4) is None:  # not a clause (``else:``)
+            if not decorated:
+                starts.append((line, match.group(3)))
+            elif match.group(3):
+                starts[-1] = (starts[-1][0], match.group(3))
+            decorated = match.group(1) is not None
+    firsts = [first for first, _ in starts]
+    for line in in_strings:
+        chunk = bisect.bisect_right(firsts, line) - 1
+        if chunk >= 0 and starts[chunk][1] is not None:
+            return None
+    return starts
+
+
+def _triple_quoted(source: str) -> list[tuple[int, int]]:
+    """Where each triple-quoted string lies, read from its quotes alone (the split's checks catch a misreading)."""
+    quotes = []
+    for quote in _TRIPLE_QUOTES:
+        at = source.find(quote)
+        while at >= 0:
+            quotes.append((at, quote))
+            at = source.find(quote, at + 3)
+    quotes.sort()
+    strings: list[tuple[int, int]] = []
+    opened: Optional[tuple[int, str]] = None
+    for at, quote in quotes:
+        if opened is None:
+            opened = (at, quote)
+        elif quote == opened[1] and at >= opened[0] + 3:
+            strings.append((opened[0], at + 3))
+            opened = None
+    return strings + ([(opened[0], len(source))] if opened is not None else [])
+
+
+def _first(node: ast.stmt) -> int:
+    """A statement's first line, decorators included."""
+    return min((d.lineno for d in getattr(node, "decorator_list", ())), default=node.lineno)
+
+
+def _line(item: tuple[int, object]) -> int:
+    return item[0]
+
+
 def layout_of(tree: ast.Module) -> Layout:
+    """The layout of a file parsed whole: every class's body known."""
     spans: list[Span] = []
     for index, node in enumerate(tree.body):
         if isinstance(node, ast.ClassDef):
-            body = tuple(_span(node.name, i, child) for i, child in enumerate(node.body))
-            first = min((d.lineno for d in node.decorator_list), default=node.lineno)
-            spans.append(ClassSpan(node.name, first, node.end_lineno or node.lineno, body))
+            spans.append(ClassSpan(node.name, _first(node), node.end_lineno or node.lineno, class_body(node)))
         else:
             spans.append(_span(None, index, node))
     return tuple(spans)
@@ -141,6 +276,8 @@ class Layouts:
         self._kept: Optional[Mapping[str, list]] = None
         self._found: set[str] = set()
         """The sources laid out in this command: parsed here, or by discovery (:meth:`remember`)."""
+        self._bodies: dict[tuple[str, int], ClassBody] = {}
+        """The bodies of classes parsed since, by their source's digest and first line."""
 
     def of(self, source: str) -> Optional[Layout]:
         """``source``'s layout; None where the standard library cannot parse it."""
@@ -149,11 +286,25 @@ class Layouts:
             if encoded is not None:
                 self._by_source[source] = tuple(_decoded(span) for span in encoded)
                 return self._by_source[source]
-            try:
-                self._by_source[source] = layout_of(python_tree(source))
-            except (SyntaxError, ValueError):
-                self._by_source[source] = None
+            split = split_module(source)
+            self._by_source[source] = split.layout if split is not None else _whole_layout(source)
             self._found.add(source)
+        return self._by_source[source]
+
+    def body(self, source: str, lines: list[str], span: ClassSpan) -> ClassBody:
+        """The body of a class of ``source``'s layout (``lines``: its lines), parsed here where it is not known yet;
+        raises :class:`MisSplit` where the class is not where the layout says (:meth:`whole` then lays it out)."""
+        if span.body is not None:
+            return span.body
+        key = (source_digest(source), span.first)
+        if key not in self._bodies:
+            self._bodies[key] = class_body(class_tree(lines, span))
+        return self._bodies[key]
+
+    def whole(self, source: str) -> Optional[Layout]:
+        """``source``'s layout from the whole file parsed, which replaces the one split."""
+        self._by_source[source] = _whole_layout(source)
+        self._found.add(source)
         return self._by_source[source]
 
     def remember(self, source: str, layout: Optional[Layout]) -> None:
@@ -176,13 +327,21 @@ class Layouts:
         return self._kept
 
 
+def _whole_layout(source: str) -> Optional[Layout]:
+    try:
+        return layout_of(python_tree(source))
+    except (SyntaxError, ValueError):
+        return None
+
+
 def source_digest(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _encoded(span: Span) -> list:
     if isinstance(span, ClassSpan):
-        return ["class", span.name, span.first, span.last, [_encoded(s) for s in span.body]]
+        body = [_encoded(s) for s in span.body] if span.body is not None else None
+        return ["class", span.name, span.first, span.last, body]
     if isinstance(span, FunctionSpan):
         statements = [_encoded(s) for s in span.statements]
         return ["def", span.cls, span.name, span.line, span.column, span.last, span.decorators, span.body, statements]
@@ -193,7 +352,7 @@ def _decoded(data: list) -> Any:
     kind, *fields = data
     if kind == "class":
         name, first, last, body = fields
-        return ClassSpan(name, first, last, tuple(_decoded(s) for s in body))
+        return ClassSpan(name, first, last, tuple(_decoded(s) for s in body) if body is not None else None)
     if kind == "def":
         cls, name, line, column, last, decorators, body, statements = fields
         decorated = tuple(tuple(d) for d in decorators)

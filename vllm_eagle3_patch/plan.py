@@ -160,11 +160,13 @@ def make_plan(
     release = Release(
         install.package_dir, layouts=Layouts(layouts.load), memo=ScanFile(default_directory(), install.package_dir)
     )
-    if not states_only:  # the judges need LibCST: imported here while a child searches the tree for the release
+    found_by_rule = f"families found by rule in vLLM {install.version}"  # any tree of the release: files checked
+    if not states_only and StateCache(default_directory()).knows(found_by_rule):
+        # the judges need LibCST: imported here while a child searches the tree (else while discovery parses)
         (searched,) = on_two_processes([release.tree.search_all], meanwhile=import_libcst_now, few=1)
         release.tree.take_searches(searched)
     discovery = StateCache(default_directory()).remember(
-        f"families found by rule in vLLM {install.version}",  # any tree of the release: each file read is checked
+        found_by_rule,
         _as_installed(release, state_dir, manifest),
         lambda tree: discover(tree, FAMILIES, meanwhile=lambda: _while_discovery_parses(release)),
         encode,

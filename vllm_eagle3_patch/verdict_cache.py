@@ -92,8 +92,7 @@ class StateCache:
         """
         if self.directory is None:
             return compute(release)
-        path = self.directory / f"{hashlib.sha256(json.dumps([self._fingerprint(), name]).encode()).hexdigest()}"
-        path = path.with_suffix(".json")
+        path = self._remembered(name)
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             if _still_true(entry, release):
@@ -105,6 +104,14 @@ class StateCache:
         value = compute(_recorded(release, reads, found))
         _keep(path, {"reads": reads, "found": found, "value": encode(value)})
         return value
+
+    def knows(self, name: str) -> bool:
+        """Whether :meth:`remember` kept an answer for ``name`` (still true or not)."""
+        return self.directory is not None and self._remembered(name).is_file()
+
+    def _remembered(self, name: str) -> Path:
+        digest = hashlib.sha256(json.dumps([self._fingerprint(), name]).encode()).hexdigest()
+        return (self.directory or Path()) / f"{digest}.json"
 
     def _key(self, patch: Patch, source: str, options: Options) -> str:
         parts = [self._fingerprint(), type(patch).__module__, patch.cache_key, options.aux_layers, _digest(source)]

@@ -22,8 +22,6 @@ import warnings
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\n)|[^\r\n]+$")
-_OTHER_LINE_ENDS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
-"""What ``str.splitlines`` ends a line at besides ``\\n`` and ``\\r\\n`` (a form feed...)."""
 
 
 class FunctionSpan(NamedTuple):
@@ -90,7 +88,9 @@ def python_tree(source: str) -> ast.Module:
 def source_lines(source: str) -> list[str]:
     """``source``'s lines, each with its line end, numbered as the layout numbers them (from 1) where ``source``
     has no lone ``\\r``: the standard library ends a line there too."""
-    return source.splitlines(keepends=True) if _OTHER_LINE_ENDS.search(source) is None else _LINE.findall(source)
+    lines = source.splitlines(keepends=True)  # fast, but it also ends a line at a form feed or a lone carriage return
+    ends = source.count("\n") + (not source.endswith("\n") and bool(source))
+    return lines if len(lines) == ends else _LINE.findall(source)
 
 
 class MisSplit(SyntaxError):

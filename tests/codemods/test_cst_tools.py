@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
+from libcst._nodes.internal import CodegenState
 
-from vllm_eagle3_patch.codemod.cst_tools import MARK, add_import, find, parse, replace_node, walk
+from vllm_eagle3_patch.codemod.cst_tools import MARK, add_import, find, parse, replace_node, walk, written
 from vllm_eagle3_patch.codemod.patch import Unrecognised
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
@@ -132,3 +133,12 @@ def test_nodes_a_codemod_builds_are_checked_again_after_a_parse(source):
         pass
     with pytest.raises(cst.CSTValidationError):
         cst.Name("not a name")
+
+
+def test_a_module_is_written_as_libcst_writes_it_and_libcst_keeps_its_position_hook():
+    source = 'import torch\n\n\n@dec(\n    1,\n)\nclass A(B):  # note\n    def f(self, x: "int" = 1) -> int:\n        return [x for x in range(3)][0]\n'
+    module = cst.parse_module(source)
+    hook = vars(CodegenState)["record_syntactic_position"]
+    assert written(module) == module.code == source
+    assert vars(CodegenState)["record_syntactic_position"] is hook
+    assert cst.MetadataWrapper(module).resolve(cst.metadata.PositionProvider)  # positions are still recorded

@@ -85,7 +85,9 @@ class Verdict:
         writing out a module costs about as much as its transform."""
         if self.tree is None:
             return None
-        code = self.tree.code
+        from .cst_tools import written  # which imports this module
+
+        code = written(self.tree)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # vLLM's own invalid escapes are not ours to report
             compile(code, "<patched>", "exec")  # a codemod bug must never reach a user's disk

@@ -32,11 +32,11 @@ from .python_layout import (
 )
 from .release import GETTERS, MARKER, PROTOCOL, REGISTERED_MODEL, ReadFile
 
-RunAll = Callable[[Sequence[Callable[[], "Optional[_Module]"]], Sequence[float]], list]
+RunAll = Callable[[Sequence[Callable[[], "dict[str, Optional[_Module]]"]], Sequence[float]], list]
 """Runs jobs, given their weights, and returns their results in order (``codemod/two_processes.py``)."""
 
 
-def _run_here(jobs: Sequence[Callable[[], Optional[_Module]]], weights: Sequence[float]) -> list[Optional[_Module]]:
+def _run_here(jobs: Sequence[Callable[[], dict[str, Optional[_Module]]]], weights: Sequence[float]) -> list:
     """A :data:`RunAll` running every job in this process, in order."""
     return [job() for job in jobs]
 
@@ -100,6 +100,8 @@ class ChainReader:
         self._layouts = layouts or Layouts()
         """Each file's layout, kept as it is parsed: the judge lays out many of the same files."""
         self._parsed: dict[str, Optional[_Module]] = {}
+        self._skipped: set[str] = set()
+        """While a job of a round follows the chains of its file's classes: the files other jobs parse."""
         self._unread: Optional[dict[str, set[str]]] = None
         """While the chains' files are read ahead: the modules a chain asked for that are not parsed yet, each with
         the classes asked for."""
@@ -189,20 +191,40 @@ class ChainReader:
         return parsed.classes[name]
 
     def read_ahead(self, wanted: Mapping[str, Iterable[str]], run_all: RunAll = _run_here) -> None:
-        """Parse the modules of ``wanted`` now, and of each the classes it names, the jobs run by ``run_all``
-        (discovery's runs them on two processes): finding the families reads every registered model file.  The
-        files are read here, through the reader, so that a reader recording what was read sees them all."""
+        """Parse the modules of ``wanted`` now, and of each the classes it names and the files their chains lead
+        to (bases, platform variants: not those of ``wanted``, which have their own jobs), the jobs run by
+        ``run_all`` (discovery's runs them on two processes): finding the families reads every registered model
+        file.  Every file is read here too, through the reader, so that a reader recording what was read sees them
+        all (a second process reads for itself)."""
         modules = [module for module in wanted if module not in self._parsed]
         sources = [self._source(module) for module in modules]
+        others = set(modules)
         jobs = [
-            lambda module=module, found=found: read_model_file(module, found[0], found[1], tuple(wanted[module]))
+            lambda module=module, found=found: self._read_chains_of(module, found[0], found[1], wanted[module], others)
             for module, found in zip(modules, sources)
         ]
-        parsed = run_all(jobs, [len(source or "") for source, _ in sources])
-        self._parsed.update(zip(modules, parsed))
-        for (source, _), module in zip(sources, parsed):
-            if source is not None:
-                self._layouts.remember(source, module.layout if module is not None else None)
+        for parsed in run_all(jobs, [len(source or "") for source, _ in sources]):
+            for module, found in parsed.items():
+                self._parsed.setdefault(module, found)
+                source, _ = self._source(module)
+                if source is not None:
+                    self._layouts.remember(source, found.layout if found is not None else None)
+
+    def _read_chains_of(
+        self, module: str, source: Optional[str], is_package: bool, names: Iterable[str], others: set[str]
+    ) -> dict[str, Optional[_Module]]:
+        """``module`` parsed, and the files the chains of its classes ``names`` lead to but ``others``, by module."""
+        before = set(self._parsed)
+        self._parsed[module] = read_model_file(module, source, is_package, tuple(names))
+        self._skipped = others
+        try:
+            for name in names:
+                self.chain(module, name)
+                for variant in self.platform_variants(module, name):
+                    self.chain(variant.module, variant.name)
+        finally:
+            self._skipped = set()
+        return {found: self._parsed[found] for found in self._parsed if found not in before}
 
     def read_chains_ahead(self, classes: Iterable[tuple[str, str]], run_all: RunAll) -> None:
         """Parse the files of the chains of ``classes`` (``(module, name)`` pairs) now, round by round on
@@ -226,6 +248,8 @@ class ChainReader:
 
     def _module(self, module: str, name: Optional[str] = None) -> Optional[_Module]:
         if module not in self._parsed:
+            if module in self._skipped:  # another job of the round parses it
+                return None
             if self._unread is not None:  # reading ahead: asked for next round
                 self._unread.setdefault(module, set()).update([name] if name else [])
                 return None

@@ -10,6 +10,7 @@ named relative to the ``vllm`` package (``model_executor.models.llama``, ``model
 from __future__ import annotations
 
 import ast
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
@@ -203,7 +204,8 @@ class ChainReader:
             lambda module=module, found=found: self._read_chains_of(module, found[0], found[1], wanted[module], others)
             for module, found in zip(modules, sources)
         ]
-        for parsed in run_all(jobs, [len(source or "") for source, _ in sources]):
+        weights = [math.inf if is_package else len(source or "") for source, is_package in sources]
+        for parsed in run_all(jobs, weights):  # a package's job first: it parses the platform variants it imports
             for module, found in parsed.items():
                 self._parsed.setdefault(module, found)
                 source, _ = self._source(module)

@@ -104,6 +104,9 @@ class DecoderEagle3:
     """The release's key for aux states carried across pipeline ranks (``Eagle3Interface.relay_key``)."""
     inherits_relay: bool = False
     """The model runs ``family.forward_from``'s forward, which that family's patch makes carry them."""
+    written_names: frozenset[str] = frozenset((AUX, INDEX, WANTED))
+    """Of the names the capture introduces, those the file's text holds anywhere: a ``forward`` can only use those
+    (the others need no walk of it to rule out)."""
 
     def transform_module(self, tree: cst.Module) -> cst.Module:
         model = top_level_class(tree, self.family.model)
@@ -192,7 +195,7 @@ class DecoderEagle3:
         """``forward`` read around its decoder loop (``own_forward``), capturing."""
         model, loop = self.family.model, forward.loop
         collected = upstream_capture(loop)
-        taken = names_in(forward.function) & {AUX, INDEX, WANTED}
+        taken = names_in(forward.function) & self.written_names if self.written_names else set()
         if taken and collected is None:
             raise Unrecognised(f"{model}.forward already uses the name {sorted(taken)[0]!r}")
         state = residual_stream(loop, model, self.layers_add_the_residual)
@@ -238,7 +241,7 @@ class DecoderEagle3:
         wanted = "self.aux_hidden_state_layers"
         (capture,) = statements(f"if {loop.global_id or INDEX} in {wanted}:\n    {collected}.append({state})\n", tree)
         (capture_last,) = statements(f"if {loop.end} in {wanted}:\n    {collected}.append({state})\n", tree)
-        if loop.global_id is None and INDEX in names_in(forward.function):
+        if loop.global_id is None and INDEX in self.written_names and INDEX in names_in(forward.function):
             raise Unrecognised(f"{self.family.model}.forward already uses the name {INDEX!r}")
         upstream = upstream_capture_statement(loop)
         without = loop.node.body.with_changes(body=[s for s in loop.node.body.body if s is not upstream])
@@ -486,6 +489,7 @@ def file_codemod(families: tuple[Family, ...], *, source: str, release: Release,
                 with_model=with_model,
                 layers_add_the_residual=_layers_ignore_residual(source, family.model, release.layouts),
                 relay_key=interface.relay_key,
+                written_names=frozenset(name for name in (AUX, INDEX, WANTED) if name in source),
                 inherits_relay=(
                     interface.relay_key is not None
                     and family.name in parents

@@ -461,7 +461,8 @@ READ_IN_INIT = ("start_layer", "config", "aux_hidden_state_layers", "model", *SH
 ``start_layer`` (a staged loop: ``decoder_loop.read_forward``), ``config`` (``pipeline_relay.why_not_relayed``),
 ``aux_hidden_state_layers`` (upstream's ids: :func:`_sets_aux_layers`), ``model`` (something other than the
 decoder held there: ``shared_embedding``), the shared embeddings and any ``TOKEN_EMBEDDING`` built
-(``shared_embedding._built_embeddings``).  Its other simple statements are set aside unparsed."""
+(``shared_embedding._built_embeddings``).  Its other statements (an ``if`` block whose text names none of them
+too) are set aside unparsed."""
 _READ_IN_INIT = re.compile(rf"\bself\s*\.\s*(?:{'|'.join(READ_IN_INIT)})\b|\b{TOKEN_EMBEDDING}\b")
 
 SEEN_METHODS = frozenset(("__init__", "forward", "model", *SHARED_EMBEDDINGS, *GETTERS))

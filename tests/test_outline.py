@@ -271,6 +271,10 @@ class Model:
         if config.tie:
             self.head = self.embed_tokens
         self.a = 1; self.b = 2
+        if config.shared:
+            self.shared = VocabParallelEmbedding(config.vocab_size)
+        for name in ("x", "y"):
+            setattr(self, name, None)
         self.norm = RMSNorm(config.hidden_size)
 
     def forward(self, x):
@@ -280,16 +284,30 @@ class Model:
 @pytest.mark.unit
 @pytest.mark.parametrize("final_newline", [True, False])
 def test_the_lines_of_an_init_a_codemod_does_not_read_are_set_aside_and_come_back(final_newline):
-    """Of ``__init__``, only the simple statements ``reads_statement`` accepts are parsed; the docstring, compound
-    statements and lines holding two statements always are.  A method appended after the last line of a file
-    without a final newline comes back after a blank line, as from a whole parse."""
+    """Of ``__init__``, only the statements ``reads_statement`` accepts (given their whole text, an ``if`` block's
+    too) are parsed; the docstring and lines holding two statements always are.  A method appended after the last
+    line of a file without a final newline comes back after a blank line, as from a whole parse."""
     source = INIT_SAMPLE + ("\n" if final_newline else "")
     reads = lambda function, text: "self.config" in text or "Embedding" in text
     parsed = outline(source, lambda function: True, reads_statement=reads)
-    assert parsed.text.count("...  # <set aside") == 3  # super() / vocab_size + padding_idx / norm
-    for kept in ('"""Doc."""', "self.config = config", "VocabParallelEmbedding", "if config.tie:", "self.a = 1; self"):
+    assert parsed.text.count("...  # <set aside") == 4  # super() / vocab_size + padding_idx / if tie / for + norm
+    for kept in (
+        '"""Doc."""',
+        "self.config = config",
+        "VocabParallelEmbedding(",
+        "self.a = 1; self",
+        "if config.shared",
+    ):
         assert kept in parsed.text
-    for aside in ("super()", "# a comment between", "vocab_size =", "pad_token_id", "RMSNorm"):
+    for aside in (
+        "super()",
+        "# a comment between",
+        "vocab_size =",
+        "pad_token_id",
+        "if config.tie",
+        "setattr",
+        "RMSNorm",
+    ):
         assert aside not in parsed.text
     method = "\n\n    def added(self):\n        return 1"
     appended = lambda code: code.rstrip("\n") + method + code[len(code.rstrip("\n")) :]  # as LibCST writes it

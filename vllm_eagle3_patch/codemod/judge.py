@@ -48,7 +48,7 @@ def judge(
     others are set aside unparsed (see :mod:`~vllm_eagle3_patch.codemod.outline`), and so are the module-level
     classes ``classes`` rejects (None: every class is looked at) and the functions ``sees`` rejects,
     signature and all (None: every function's is), and the other statements ``sees_statement`` rejects (imports,
-    class attributes; None: every one is), and the simple statements of an ``__init__`` read that ``reads_statement``
+    class attributes; None: every one is), and the statements of an ``__init__`` read that ``reads_statement``
     rejects (None: every one is read).  ``layouts``: the release's, which may know the file already.
     """
     if has_mark(source):

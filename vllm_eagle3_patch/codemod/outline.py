@@ -48,8 +48,8 @@ class Statement(NamedTuple):
 SeesStatement = Callable[[Statement], bool]
 """Whether a codemod looks at this statement."""
 ReadsStatement = Callable[[Function, str], bool]
-"""Of a function whose body a codemod reads, whether it reads this simple statement of it (given its text; asked of
-``__init__``'s only, where a codemod looks for a few assignments among dozens of lines)."""
+"""Of a function whose body a codemod reads, whether it reads this statement of it, simple or compound (given its
+whole text; asked of ``__init__``'s only, where a codemod looks for a few assignments among dozens of lines)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def outline(
     rejects set aside whole (decorators and signature too: a wrapper's codemod only asks whether a class has a
     getter), every module-level class that ``keep_class`` rejects set aside whole (a model file holds dozens
     the codemod never reads), and every other statement that ``sees_statement`` rejects (imports, class
-    attributes; None: every one is looked at), and of each ``__init__`` read, the simple statements that
+    attributes; None: every one is looked at), and of each ``__init__`` read, the statements that
     ``reads_statement`` rejects.  Neighbours set aside whole share one placeholder, with the
     blank lines and comments between them.  ``layouts``: the release's, which may know where the file's
     statements lie already (else the source is parsed here).
@@ -146,6 +146,9 @@ _ALWAYS_SEEN = ("docstring", "compound")
 """A codemod inserts after a docstring, and a compound statement ends a module's opening imports
 (``cst_tools.add_import``): neither is set aside."""
 _IMPORTS = "import _set_aside"
+_READ_BY_TEXT = ("other", "compound")
+"""The statements of an ``__init__`` read that ``reads_statement`` is asked of, given their whole text: an ``if`` or a
+``for`` block too, whose text holds every line a codemod could look for in it."""
 
 
 @dataclass(frozen=True)
@@ -204,13 +207,14 @@ class _Reading:
                 yield from self._unread_statements(span, self.reads_statement)
 
     def _unread_statements(self, function: FunctionSpan, reads: ReadsStatement) -> Iterator[_Piece]:
-        """Of a function read, the runs of simple statements, each alone on its lines, that ``reads`` rejects."""
+        """Of a function read, the runs of statements (simple or compound), each alone on its lines, that ``reads``
+        rejects."""
         read, spans = self._function(function), function.statements
         run: Optional[_Piece] = None
         for index, span in enumerate(spans):
             alone = index + 1 == len(spans) or spans[index + 1].first > span.last
             text = "".join(self.lines[span.first - 1 : span.last])
-            if alone and span.kind == "other" and self._starts_its_line(span) and not reads(read, text):
+            if alone and span.kind in _READ_BY_TEXT and self._starts_its_line(span) and not reads(read, text):
                 run = _Piece(span.first, span.last, _WHOLE) if run is None else run._replace(last=span.last)
                 continue
             if run is not None:

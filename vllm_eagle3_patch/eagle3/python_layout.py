@@ -6,10 +6,10 @@ families by rule (``eagle3/class_chain.py``) reads every model file anyway, so i
 the release's :class:`Layouts`, and judging the file (in the same process or a fork) does not lay it out again.
 
 Most of a model file is classes nobody reads (its attention, its MLP...), so a file is first split where its
-module-level classes start (:func:`split_module`, a scan of its lines that knows strings and comments): the rest
-of the file is parsed as one text with the classes' lines blanked, and a class only when it is read
-(:func:`class_tree`).  Each class parsed alone must start and end where the split said, and the blanked text's
-statements where the split said: where either is not so, the file is parsed whole.
+module-level classes start (:func:`split_module`, a scan of its lines in column 0 that tells a triple-quoted string
+by its quotes): the rest of the file is parsed as one text with the classes' lines blanked, and a class only when
+it is read (:func:`class_tree`).  Each class parsed alone must start and end where the split said, and the
+blanked text's statements where the split said: where either is not so, the file is parsed whole.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class StatementSpan(NamedTuple):
 
 
 ClassBody = tuple[Union[FunctionSpan, StatementSpan], ...]
+"""A class's methods and other statements, in source order."""
 
 
 class ClassSpan(NamedTuple):

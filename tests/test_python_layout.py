@@ -199,3 +199,23 @@ def test_a_class_that_is_not_where_the_split_put_it_is_read_from_the_whole_file(
     module = read_model_file("models.m", MISPLACED, False, ("A",))
     assert module is not None and module.layout == layout_of(python_tree(MISPLACED))
     assert set(module.classes) == {"A"}
+
+
+def test_the_residual_check_reads_a_layer_the_split_misplaced_from_the_whole_file():
+    source = (
+        "class Layer(nn.Module):\n"
+        "    def forward(self, positions, hidden_states, residual):\n"
+        "        residual = hidden_states\n"
+        "        return hidden_states, residual\n"
+        "\n"
+        '    note = """\n'
+        '# the end of a string, not a comment"""\n'
+        "\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        self.layers = make_layers(lambda prefix: Layer(prefix))\n"
+    )
+    split = split_module(source)
+    assert split is not None and split.layout[0] == ClassSpan("Layer", 1, 6, None)  # the string's last line left out
+    assert layers_ignoring_the_residual(source, "Model", Layouts()) is True
+    assert layers_ignoring_the_residual(source.replace("residual = hidden_states", "pass"), "Model", Layouts()) is False

@@ -14,9 +14,18 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Iterator, NamedTuple, Optional, Sequence
 
-from ..eagle3.python_layout import ClassSpan, FunctionSpan, Layouts, MisSplit, Span, StatementSpan, source_lines
+from ..eagle3.python_layout import (
+    ClassBody,
+    ClassSpan,
+    FunctionSpan,
+    Layouts,
+    MisSplit,
+    Span,
+    StatementSpan,
+    source_lines,
+)
 
 
 class Function(NamedTuple):
@@ -161,7 +170,7 @@ class _Reading:
     sees: Optional[Sees]
     sees_statement: Optional[SeesStatement]
     reads_statement: Optional[ReadsStatement] = None
-    body: Callable[[ClassSpan], tuple[Union[FunctionSpan, StatementSpan], ...]] = lambda span: span.body or ()
+    body: Callable[[ClassSpan], ClassBody] = lambda span: span.body or ()
     """A class's body (``Layouts.body``: parsed where the layout does not know it yet)."""
 
     def set_aside(self, cls: Optional[str], spans: Sequence[Span]) -> Iterator[_Piece]:

@@ -373,7 +373,6 @@ class _Text:
     """A model file's text, as reading its classes needs it."""
 
     def __init__(self, source: str) -> None:
-        self.source = source
         self.lines = source_lines(source)
         """Numbered as the standard library numbers them (``class_tree``)."""
         self._collecting = _mentions_collecting(source)

@@ -16,6 +16,7 @@ from vllm_eagle3_patch.codemod.family import CHECKPOINTS_MODEL, FoundWrapper, Wr
 from vllm_eagle3_patch.codemod.patch import Options, Policy, State
 from vllm_eagle3_patch.eagle3.release import GETTER
 from vllm_eagle3_patch.patches.wrapper_eagle3 import FoundWrappersEagle3, FoundWrappersPatch
+from vllm_eagle3_patch.verdict_cache import StateCache
 
 pytestmark = pytest.mark.unit  # no release tree, no interpreter: the tier a contributor runs while editing
 
@@ -190,3 +191,18 @@ def test_a_bare_model_of_the_wrappers_file_answers_model_with_itself() -> None:
     language_model.embed_tokens = object()
     assert language_model.model is language_model
     assert language_model.model.embed_tokens is language_model.embed_tokens
+
+
+def test_each_wrapper_cached_verdict_holds_what_judging_its_family_read(tmp_path) -> None:
+    """Two wrappers of one language model judged in one command each keep, with their cached verdict, what judging
+    the family's file read (here the search for the interface): a later command on a tree where that differs judges
+    them afresh (a memo of the family's verdict shared by the two once kept it with the first only)."""
+    patches = [FoundWrappersPatch(PATH, (found(family=TOY),)), FoundWrappersPatch(PATH, (found(family=TOY),))]
+    sources = [WRAPPER_SOURCE, WRAPPER_SOURCE + "\n# the second wrapper's file\n"]
+    without_eagle3 = reader(runner="", model=source())
+    for patch, text in zip(patches, sources):
+        verdict = StateCache(tmp_path).examine(patch, text, without_eagle3, Options())
+        assert verdict.state is State.UNSUPPORTED, verdict.reason
+    with_eagle3 = reader(model=source())
+    for patch, text in zip(patches, sources):
+        assert StateCache(tmp_path).examine(patch, text, with_eagle3, Options()).state is State.UNPATCHED

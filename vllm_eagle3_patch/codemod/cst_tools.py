@@ -13,7 +13,7 @@ import sys
 from contextlib import contextmanager, nullcontext
 from functools import cache, lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 from .patch import MARKER, Unrecognised
 
@@ -163,8 +163,11 @@ def _is_node(kind: type) -> bool:
 
 
 def find(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
-    """Every ``kind`` node under ``node`` (itself included) for which ``where`` holds."""
-    return [n for n in walk(node) if isinstance(n, kind) and where(n)]
+    """Every ``kind`` node under ``node`` (itself included) for which ``where`` holds.  A statement (``return``...)
+    is looked for among statements only: none lies inside an expression, which hold most of a tree's nodes."""
+    statement = issubclass(kind, (cst.BaseStatement, cst.BaseSmallStatement))
+    into = (lambda n: not isinstance(n, cst.BaseExpression)) if statement else (lambda _: True)
+    return [n for n in walk(node, into) if isinstance(n, kind) and where(n)]
 
 
 def find_statements(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
@@ -271,15 +274,19 @@ def block_statements(suite: cst.BaseSuite) -> list[cst.BaseStatement]:
 
 
 def statements(code: str, module: cst.Module) -> list[cst.BaseStatement]:
-    """Parse ``code`` (dedented statements) as statements fitting ``module``'s style."""
-    return list(_parsed(code.replace("\n", module.default_newline), module.config_for_parsing))
+    """Parse ``code`` (dedented statements) as statements fitting ``module``'s style (what its
+    ``config_for_parsing`` holds, asked of the parser only where ``code`` was not parsed yet in that style: building
+    that config checks a Python version each time, which cost more than the parse saved)."""
+    newline = module.default_newline
+    return list(_parsed(code.replace("\n", newline), module.encoding, module.default_indent, newline))
 
 
 @lru_cache(maxsize=256)
-def _parsed(code: str, config: Any) -> tuple[cst.BaseStatement, ...]:
+def _parsed(code: str, encoding: str, indent: str, newline: str) -> tuple[cst.BaseStatement, ...]:
     """The statements of ``code``, parsed once: most files of a release get the same methods, and parsing
     them is a fifth of ``apply``.  LibCST's nodes are immutable, so trees may share them; this tool's
     identity-based edits (:func:`replace_node`) only ever look for nodes of the file being patched."""
+    config = cst.PartialParserConfig(encoding=encoding, default_indent=indent, default_newline=newline)
     return tuple(cst.parse_module(code, config=config).body)
 
 

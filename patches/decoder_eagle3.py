@@ -394,7 +394,7 @@ class DecoderPatch(SingleFilePatch):
         return repr(self.families)
 
     def examine(self, source: str, release: Release, options: Options) -> Verdict:
-        read = FileReading.of(self.families)
+        read = FileReading.of(self.families, source, release.layouts)
         return judge(
             source,
             lambda: file_codemod(self.families, source=source, release=release, options=options),
@@ -423,15 +423,21 @@ class FileReading:
     models: frozenset[str]
     causal_lms: frozenset[str]
     nested: bool
-    """A decoder held two attributes deep (``self.transformer.decoder``), whose outer model is found later:
-    every class and every ``__init__`` is read."""
+    """A decoder held two attributes deep (``self.transformer.decoder``), whose outer model is found later
+    (``shared_embedding._outer_model``): every ``__init__`` is read."""
+    outer: Optional[frozenset[str]] = None
+    """Where ``nested``: the file's classes the causal LMs' text names, among them the one it builds to hold the
+    decoder (None: every class, where the file's layout is not known)."""
 
     @classmethod
-    def of(cls, families: tuple[Family, ...]) -> FileReading:
+    def of(cls, families: tuple[Family, ...], source: str = "", layouts: Optional[Layouts] = None) -> FileReading:
+        causal_lms = frozenset(family.causal_lm for family in families)
+        nested = any(family.decoder.count(".") >= 2 for family in families)
         return cls(
             models=frozenset(family.model for family in families),
-            causal_lms=frozenset(family.causal_lm for family in families),
-            nested=any(family.decoder.count(".") >= 2 for family in families),
+            causal_lms=causal_lms,
+            nested=nested,
+            outer=layouts.classes_named_in(source, causal_lms) if nested and layouts is not None else None,
         )
 
     def reads(self, function: Function) -> bool:
@@ -440,7 +446,9 @@ class FileReading:
         return function.cls in self.models and function.name in ("__init__", "forward")
 
     def looks_at(self, cls: str) -> bool:
-        return self.nested or cls in self.models or cls in self.causal_lms
+        if cls in self.models or cls in self.causal_lms:
+            return True
+        return self.nested and (self.outer is None or cls in self.outer)
 
     def sees(self, function: Function) -> bool:
         """The methods whose presence the codemods ask (``has_method``/``method``); the others are set aside."""

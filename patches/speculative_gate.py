@@ -29,6 +29,7 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     top_level_class,
 )
 from vllm_eagle3_patch.codemod.judge import judge
+from vllm_eagle3_patch.codemod.outline import Function
 from vllm_eagle3_patch.codemod.patch import Options, Policy, Unrecognised, Verdict
 from vllm_eagle3_patch.eagle3.release import GATE_FILES, GATE_SIGNS, WHITELISTS, Release, gate_admits
 
@@ -154,5 +155,15 @@ class SpeculativeGatePatch:
             lambda: SpeculativeGate(self.model_types),
             native=lambda module: _native(module, source, self.model_types),
             preconditions=_require_eagle3(source),
-            reads=lambda function: function.cls == CONFIG and any(word in function.text for word in READ_WORDS),
+            reads=_reads_the_gate,
+            classes=lambda name: name == CONFIG,
+            sees=_reads_the_gate,
+            layouts=release.layouts,
+            sees_statement=lambda statement: any(word in statement.text for word in READ_WORDS),
         )
+
+
+def _reads_the_gate(function: Function) -> bool:
+    """The methods of ``SpeculativeConfig`` the codemod and the native check read (the rest of the file, its
+    dozens of fields with their docstrings too, is set aside unparsed)."""
+    return function.cls == CONFIG and any(word in function.text for word in READ_WORDS)

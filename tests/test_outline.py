@@ -9,11 +9,14 @@ from helpers.wheel_corpus import ALL_RELEASES, release_tree
 
 from vllm_eagle3_patch.catalog import FAMILIES, every_patch
 from vllm_eagle3_patch.codemod import judge
+from vllm_eagle3_patch.codemod.family import Family
 from vllm_eagle3_patch.codemod.outline import Outline, outline
 from vllm_eagle3_patch.codemod.patch import Options, State
 from vllm_eagle3_patch.discovery import discover
+from vllm_eagle3_patch.eagle3.python_layout import Layouts
 from vllm_eagle3_patch.eagle3.release import Release
 from vllm_eagle3_patch.patch_kinds import Found
+from vllm_eagle3_patch.patches.decoder_eagle3 import FileReading
 
 SAMPLE = '''\
 """A module."""
@@ -312,3 +315,24 @@ def test_the_lines_of_an_init_a_codemod_does_not_read_are_set_aside_and_come_bac
     method = "\n\n    def added(self):\n        return 1"
     appended = lambda code: code.rstrip("\n") + method + code[len(code.rstrip("\n")) :]  # as LibCST writes it
     assert parsed.restore(appended(parsed.text)) == appended(source)
+
+
+@pytest.mark.unit
+def test_a_decoder_held_deeper_reads_only_the_classes_its_causal_lm_names():
+    """OPT, ChatGLM, Gemma-3n: the class the causal LM builds to hold the decoder is found in the codemod, so the
+    outline keeps every class the causal LM's text names, and sets the towers, attention and MLP classes aside."""
+    family = Family("nested", "model_executor/models/m.py", "Decoder", "CausalLM", ("m",), decoder="self.model.decoder")
+    source = (
+        "class Attention:\n    pass\n\n\n"
+        "class Decoder:\n    def __init__(self):\n        self.attention = Attention()\n\n\n"
+        "class Outer:\n    def __init__(self):\n        self.decoder = Decoder()\n\n\n"
+        "class CausalLM:\n    def __init__(self, model_type: type[Outer] = Outer):\n        self.model = model_type()\n"
+    )
+    read = FileReading.of((family,), source, Layouts())
+    assert read.outer == {"Outer", "CausalLM"}
+    assert [name for name in ("Attention", "Decoder", "Outer", "CausalLM") if read.looks_at(name)] == [
+        "Decoder",
+        "Outer",
+        "CausalLM",
+    ]
+    assert FileReading.of((family,)).looks_at("Attention")  # the file's layout not known: every class read

@@ -219,3 +219,13 @@ def test_the_residual_check_reads_a_layer_the_split_misplaced_from_the_whole_fil
     assert split is not None and split.layout[0] == ClassSpan("Layer", 1, 6, None)  # the string's last line left out
     assert layers_ignoring_the_residual(source, "Model", Layouts()) is True
     assert layers_ignoring_the_residual(source.replace("residual = hidden_states", "pass"), "Model", Layouts()) is False
+
+
+def test_the_classes_a_class_names_are_found_in_its_text():
+    source = SOURCE + "\n\nclass CausalLM(nn.Module):\n    def __init__(self):\n        self.model = Model()\n"
+    assert Layouts().classes_named_in(source, ("CausalLM",)) == {"Model", "CausalLM"}
+    assert Layouts().classes_named_in(source, ("Model",)) == {"Model", "Layer"}
+    assert Layouts().classes_named_in(source, ("Absent",)) == frozenset()
+    assert Layouts().classes_named_in("class (", ("A",)) is None  # no layout: not known for sure
+    misplaced = MISPLACED.replace("def f():", "class B(A):\n    pass\n\n\ndef f():")
+    assert Layouts().classes_named_in(misplaced, ("A",)) is None  # A is not where the split put it

@@ -19,7 +19,7 @@ import bisect
 import hashlib
 import re
 import warnings
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, Union
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\n)|[^\r\n]+$")
 
@@ -301,6 +301,26 @@ class Layouts:
         if key not in self._bodies:
             self._bodies[key] = class_body(class_tree(lines, span))
         return self._bodies[key]
+
+    def classes_named_in(self, source: str, classes: Iterable[str]) -> Optional[frozenset[str]]:
+        """The module-level classes of ``source`` whose names the text of ``classes`` holds (what they may build or
+        inherit from); None where that text is not known for sure (no layout, a class not where it says)."""
+        layout = self.of(source)
+        if layout is None:
+            return None
+        spans = {span.name: span for span in layout if isinstance(span, ClassSpan)}
+        lines = source_lines(source)
+        text: list[str] = []
+        for name in classes:
+            span = spans.get(name)
+            if span is not None:
+                try:
+                    self.body(source, lines, span)  # checks the class is where the layout says
+                except MisSplit:
+                    return None
+                text += lines[span.first - 1 : span.last]
+        words = set(re.findall(r"\w+", "".join(text)))
+        return frozenset(name for name in spans if name in words)
 
     def whole(self, source: str) -> Optional[Layout]:
         """``source``'s layout from the whole file parsed, which replaces the one split."""

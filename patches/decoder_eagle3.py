@@ -23,7 +23,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     cst,
     exactly_one,
     find,
-    find_statements,
     has_method,
     is_name,
     is_self_attribute,
@@ -317,9 +316,7 @@ def _start_at_the_stage(forward: cst.FunctionDef, model: str) -> cst.FunctionDef
         calls = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
         return len(calls) == 1 and len(calls[0].args) >= 2 and isinstance(calls[0].args[1].value, cst.Integer)
 
-    line = exactly_one(
-        find_statements(forward, cst.SimpleStatementLine, first_capture), f"the id-0 capture before {model}'s loop"
-    )
+    line = exactly_one(find(forward, cst.SimpleStatementLine, first_capture), f"the id-0 capture before {model}'s loop")
     (call,) = find(line, cst.Call, lambda call: is_self_attribute(call.func, "_maybe_add_hidden_state"))
     first = call.args[1].value  # an integer (``first_capture``)
     if not isinstance(first, cst.Integer) or first.value != "0":

@@ -20,7 +20,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     assigned,
     cst,
     find,
-    find_statements,
     is_attribute,
     mark,
     names_in,
@@ -108,7 +107,7 @@ def _copying_load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.Funct
     found = []
     for cls, load_model in _load_models(tree):
         reads = _config_reads(load_model)
-        copies = find_statements(load_model, cst.SimpleStatementLine, _copies_image_token_index)
+        copies = find(load_model, cst.SimpleStatementLine, _copies_image_token_index)
         if len(reads) != len(copies):
             raise Unrecognised(
                 f"in {cls.name.value}.{LOAD_MODEL}, {len(reads) - len(copies)} read(s) of "
@@ -124,7 +123,7 @@ def _copying_load_models(tree: cst.Module) -> list[tuple[cst.ClassDef, cst.Funct
 def _reading_through_reader(load_model: cst.FunctionDef, tree: cst.Module) -> cst.FunctionDef:
     """``load_model`` with every image-token copy reading through :data:`READER`, each on its own marked line."""
     code = cst.Module([]).code_for_node
-    for line in find_statements(load_model, cst.SimpleStatementLine, _copies_image_token_index):
+    for line in find(load_model, cst.SimpleStatementLine, _copies_image_token_index):
         statement = line.body[0]
         assert isinstance(statement, cst.Assign) and isinstance(statement.value, cst.Attribute)  # what was found
         target, source = statement.targets[0].target, statement.value

@@ -17,7 +17,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     assignment,
     cst,
     find,
-    find_statements,
     has_method,
     is_attribute,
     is_name,
@@ -122,7 +121,7 @@ def _built_embeddings(model: cst.ClassDef) -> list[str]:
     if not has_method(model, "__init__"):
         return []
     names: list[str] = []
-    for line in find_statements(method(model, "__init__"), cst.SimpleStatementLine):
+    for line in find(method(model, "__init__"), cst.SimpleStatementLine):
         target, value = assignment(sole_statement(line)) or (None, None)
         if not (isinstance(target, cst.Attribute) and is_name(target.value, "self")):
             continue
@@ -145,7 +144,7 @@ def _outer_model(tree: cst.Module, family: Family) -> cst.ClassDef:
     params = (*init.params.params, *init.params.kwonly_params)
     defaults = {param.name.value: param.default for param in params if param.default is not None}
     classes = {node.name.value: node for node in tree.body if isinstance(node, cst.ClassDef)}
-    for line in find_statements(init, cst.SimpleStatementLine, lambda line: True):
+    for line in find(init, cst.SimpleStatementLine, lambda line: True):
         target, value = assignment(sole_statement(line)) or (None, None)
         if target is not None and is_self_attribute(target, held) and isinstance(value, cst.Call):
             callee = value.func

@@ -18,7 +18,6 @@ from vllm_eagle3_patch.codemod.cst_tools import (
     cst,
     exactly_one,
     find,
-    find_statements,
     is_name,
     is_string,
     mark,
@@ -66,7 +65,7 @@ def _is_llama_only(comparison: cst.Comparison) -> bool:
 
 
 def _whitelists(config: cst.ClassDef) -> list[cst.SimpleStatementLine]:
-    return find_statements(config, cst.SimpleStatementLine, _is_whitelist)
+    return find(config, cst.SimpleStatementLine, _is_whitelist)
 
 
 def _not_accepted(line: cst.SimpleStatementLine, model_types: tuple[str, ...]) -> list[str]:
@@ -90,7 +89,7 @@ class SpeculativeGate:
         if whitelists:
             line = exactly_one(whitelists, "assignment of a list of model types to " + " or ".join(WHITELISTS))
             return replace_child(tree, config, replace_node(config, line, self.extend_whitelist(line)))
-        gates = find_statements(config, cst.If, lambda s: bool(find(s.test, cst.Comparison, _is_llama_only)))
+        gates = find(config, cst.If, lambda s: bool(find(s.test, cst.Comparison, _is_llama_only)))
         gate = exactly_one(gates, f'the EAGLE-3 gate (`{WHITELISTS[0]} = [...]` or `if ... "llama" not in ...`)')
         return replace_child(tree, config, replace_node(config, gate, self.open_llama_gate(gate)))
 
@@ -159,11 +158,16 @@ class SpeculativeGatePatch:
             classes=lambda name: name == CONFIG,
             sees=_reads_the_gate,
             layouts=release.layouts,
-            sees_statement=lambda statement: any(word in statement.text for word in READ_WORDS),
+            sees_statement=lambda statement: _reads_a_gate_word(statement.text),
         )
 
 
 def _reads_the_gate(function: Function) -> bool:
     """The methods of ``SpeculativeConfig`` the codemod and the native check read (the rest of the file, its
     dozens of fields with their docstrings too, is set aside unparsed)."""
-    return function.cls == CONFIG and any(word in function.text for word in READ_WORDS)
+    return function.cls == CONFIG and _reads_a_gate_word(function.text)
+
+
+def _reads_a_gate_word(text: str) -> bool:
+    """Whether ``text`` names a method or a model type the gate reads (what every part the codemod touches holds)."""
+    return any(word in text for word in READ_WORDS)

@@ -163,17 +163,20 @@ def _is_node(kind: type) -> bool:
 
 
 def find(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
-    """Every ``kind`` node under ``node`` (itself included) for which ``where`` holds.  A statement (``return``...)
-    is looked for among statements only: none lies inside an expression, which hold most of a tree's nodes."""
-    statement = issubclass(kind, (cst.BaseStatement, cst.BaseSmallStatement))
-    into = (lambda n: not isinstance(n, cst.BaseExpression)) if statement else (lambda _: True)
-    return [n for n in walk(node, into) if isinstance(n, kind) and where(n)]
+    """Every ``kind`` node under ``node`` (itself included) for which ``where`` holds.  A statement is looked for
+    among statements only: none lies inside an expression, which hold most of a tree's nodes, and no line or block
+    (``if``...) inside a line's small statements."""
+    return [n for n in walk(node, _entered_looking_for(kind)) if isinstance(n, kind) and where(n)]
 
 
-def find_statements(node: cst.CSTNode, kind: type[Node], where: Callable[[Node], bool] = lambda _: True) -> list[Node]:
-    """Like :func:`find`, but for statements: never enters an expression, so it is quick."""
-    into = lambda n: not isinstance(n, (cst.BaseExpression, cst.SimpleStatementLine))
-    return [n for n in walk(node, into) if isinstance(n, kind) and where(n)]
+@cache
+def _entered_looking_for(kind: type) -> Callable[[cst.CSTNode], bool]:
+    """Which nodes a walk for ``kind`` needs to enter."""
+    if issubclass(kind, cst.BaseStatement):
+        return lambda n: not isinstance(n, (cst.BaseExpression, cst.SimpleStatementLine))
+    if issubclass(kind, cst.BaseSmallStatement):
+        return lambda n: not isinstance(n, cst.BaseExpression)
+    return lambda _: True
 
 
 def sole(items: Sequence[Found]) -> Optional[Found]:
@@ -213,7 +216,7 @@ def leading_lines(statement: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
 def assigns_self_attribute(function: cst.FunctionDef, name: str) -> bool:
     """Whether ``function`` assigns ``self.<name>``, alone, annotated or in a tuple
     (``self.start_layer, self.end_layer, self.layers = make_layers(...)``)."""
-    for line in find_statements(function, cst.SimpleStatementLine):
+    for line in find(function, cst.SimpleStatementLine):
         for statement in line.body:
             targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else []
             targets += [statement.target] if isinstance(statement, cst.AnnAssign) else []
